@@ -1,0 +1,140 @@
+"""Corpus loading: the manifests of the built-in and user-added rulebooks, and game lookup.
+
+Each game is a folder holding `manifest.toml` (title, slug, aliases, language, source, file)
+and the rulebook file it names.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rag.errors import CorpusError, GameNotFoundError
+from rag.types import GameInfo
+
+MANIFEST = "manifest.toml"
+_SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def slugify(title: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    if not slug:
+        raise CorpusError(f"Cannot make a slug from {title!r}: give a title with latin letters.")
+    return slug
+
+
+def read_manifest(folder: Path, *, builtin: bool) -> GameInfo:
+    path = folder / MANIFEST
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"Cannot read manifest {path}: {exc}") from exc
+    missing = [k for k in ("title", "slug", "language", "file") if k not in data]
+    if missing:
+        raise CorpusError(f"Manifest {path} lacks {', '.join(missing)}.")
+    slug = str(data["slug"])
+    if not _SLUG_RE.match(slug):
+        raise CorpusError(f"Manifest {path}: slug {slug!r} must be lowercase letters, digits, -.")
+    language = data["language"]
+    if language not in ("en", "zh"):
+        raise CorpusError(f"Manifest {path}: language must be 'en' or 'zh', not {language!r}.")
+    return GameInfo(
+        slug=slug,
+        title=str(data["title"]),
+        aliases=tuple(str(a) for a in data.get("aliases", [])),
+        language=language,
+        source=str(data.get("source", "")),
+        path=folder / str(data["file"]),
+        builtin=builtin,
+    )
+
+
+def write_manifest(folder: Path, game: GameInfo) -> None:
+    def q(s: str) -> str:
+        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [
+        f"title = {q(game.title)}",
+        f"slug = {q(game.slug)}",
+        "aliases = [" + ", ".join(q(a) for a in game.aliases) + "]",
+        f"language = {q(game.language)}",
+        f"source = {q(game.source)}",
+        f"file = {q(game.path.name)}",
+    ]
+    (folder / MANIFEST).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _normalise(name: str) -> str:
+    """Case-fold and drop spaces and punctuation so 'deck 52' matches 'DECK52'."""
+    return re.sub(r"[\s\W_]+", "", name.casefold())
+
+
+@dataclass(frozen=True)
+class Corpus:
+    games: tuple[GameInfo, ...]
+
+    @classmethod
+    def load(cls, *folders: tuple[Path, bool]) -> Corpus:
+        """Load every game folder under each (root, builtin) pair; slugs must be unique."""
+        games: list[GameInfo] = []
+        seen: dict[str, Path] = {}
+        for root, builtin in folders:
+            if not root.is_dir():
+                continue
+            for folder in sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()):
+                game = read_manifest(folder, builtin=builtin)
+                if game.slug in seen:
+                    raise CorpusError(
+                        f"Duplicate slug {game.slug!r} in {folder} and {seen[game.slug]}."
+                    )
+                seen[game.slug] = folder
+                games.append(game)
+        return cls(tuple(games))
+
+    @property
+    def slugs(self) -> list[str]:
+        return [g.slug for g in self.games]
+
+    def get(self, slug: str) -> GameInfo:
+        for game in self.games:
+            if game.slug == slug:
+                return game
+        raise GameNotFoundError(f"No game with slug {slug!r}.", self.slugs)
+
+    def resolve(self, name: str) -> GameInfo:
+        """The game a caller named by title, slug or alias (case-insensitive)."""
+        wanted = _normalise(name)
+        exact = [g for g in self.games if any(_normalise(n) == wanted for n in g.names())]
+        if len(exact) == 1:
+            return exact[0]
+        partial = [
+            g for g in self.games if wanted and any(wanted in _normalise(n) for n in g.names())
+        ]
+        if len(partial) == 1:
+            return partial[0]
+        if partial:
+            names = ", ".join(g.title for g in partial)
+            raise GameNotFoundError(f"{name!r} could mean several games ({names}).", self.slugs)
+        raise GameNotFoundError(f"Unknown game {name!r}.", self.slugs)
+
+    def detect(self, question: str) -> GameInfo | None:
+        """The game a question names, if exactly one is named; longest name wins overlaps.
+
+        "Maximum" alone names both Maximum games, so it detects nothing.
+        """
+        text = _normalise(question)
+        found: dict[str, int] = {}
+        for game in self.games:
+            for name in game.names():
+                norm = _normalise(name)
+                # Very short aliases ("MA") would fire inside ordinary words.
+                if len(norm) >= 3 and norm in text:
+                    found[game.slug] = max(found.get(game.slug, 0), len(norm))
+        if not found:
+            return None
+        best = max(found.values())
+        winners = [slug for slug, length in found.items() if length == best]
+        return self.get(winners[0]) if len(winners) == 1 else None
+

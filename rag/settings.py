@@ -1,0 +1,138 @@
+"""One settings object, built from defaults, a TOML config file and environment variables.
+
+Precedence (highest first): explicit overrides > RULEKEEPER_* environment variables >
+the config file ($RULEKEEPER_CONFIG, else $RULEKEEPER_HOME/config.toml) > defaults.
+Nested groups use a double underscore in the environment, e.g.
+RULEKEEPER_GENERATION__BACKEND=extractive or RULEKEEPER_RETRIEVAL__K=8.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_CORPUS = PROJECT_ROOT / "corpus"
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("RULEKEEPER_HOME", Path.home() / ".rulekeeper")).expanduser()
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("RULEKEEPER_CONFIG")
+    return Path(explicit).expanduser() if explicit else default_home() / "config.toml"
+
+
+class EmbeddingSettings(BaseModel):
+    model: str = Field(
+        "embeddinggemma-300m",
+        description="Embedder: a registered name (see `rules doctor`), a local path to a "
+        "sentence-transformers model, or a hub name if you have a hub connection.",
+    )
+    batch_size: int = Field(16, ge=1, description="Passages embedded per batch.")
+
+
+class RetrievalSettings(BaseModel):
+    mode: Literal["hybrid", "dense", "bm25"] = Field("hybrid", description="Search mode.")
+    k: int = Field(5, ge=1, le=50, description="Passages returned per question.")
+    candidates: int = Field(30, ge=1, description="Hits taken from each search before fusion.")
+    rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    rerank: bool = Field(False, description="Rerank fused candidates with the reranker.")
+    reranker: str = Field("llm-yesno", description="Reranker name.")
+    rerank_candidates: int = Field(8, ge=1, description="Fused hits passed to the reranker.")
+    min_dense_score: float = Field(
+        0.25, description="Below this best cosine similarity the rulebook is taken as silent."
+    )
+    hnsw_threshold: int = Field(
+        50_000, ge=1, description="Chunk count past which an HNSW index replaces exact search."
+    )
+
+
+class GenerationSettings(BaseModel):
+    backend: Literal["auto", "llama", "extractive"] = Field(
+        "auto", description="auto: the LLM when its model file is present, else extractive."
+    )
+    model: str = Field("qwen2.5-1.5b-instruct", description="GGUF model: registered name or path.")
+    n_ctx: int = Field(4096, ge=512, description="LLM context size in tokens.")
+    threads: int = Field(2, ge=1, description="CPU threads for the LLM.")
+    temperature: float = Field(0.1, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, ge=16, description="Longest answer, in tokens.")
+    passages: int = Field(
+        4, ge=1, description="Passages put in the prompt (prompt reading dominates latency)."
+    )
+    passage_chars: int = Field(900, ge=100, description="Each prompt passage is cut to this.")
+
+
+class ApiSettings(BaseModel):
+    cors_origins: list[str] = Field(default_factory=list, description="Allowed browser origins.")
+    api_keys: list[str] = Field(default_factory=list, description="If set, X-API-Key required.")
+    rate_limit_per_minute: int = Field(30, ge=1, description="Requests per client per minute.")
+    max_question_chars: int = Field(1000, ge=10)
+    max_body_bytes: int = Field(64_000, ge=1024)
+    queue_size: int = Field(8, ge=0, description="Waiting model calls per worker before 503.")
+    timeout_s: float = Field(120.0, gt=0, description="Longest a request may take.")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RULEKEEPER_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    home: Path = Field(default_factory=default_home, description="Index, models, user books.")
+    corpus_dir: Path = Field(BUILTIN_CORPUS, description="The built-in rulebooks.")
+    models_dir: Path | None = Field(None, description="Model files; default HOME/models.")
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    generation: GenerationSettings = Field(default_factory=GenerationSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=config_path()),
+        )
+
+    @property
+    def model_dir(self) -> Path:
+        return self.models_dir or self.home / "models"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.home / "index"
+
+    @property
+    def user_books_dir(self) -> Path:
+        return self.home / "books"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings; raises a clear error when the config file is not valid TOML."""
+    path = config_path()
+    if path.exists():
+        try:
+            tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            from rag.errors import RulekeeperError
+
+            raise RulekeeperError(f"Config file {path} is not valid TOML: {exc}") from exc
+    return Settings(**overrides)

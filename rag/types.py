@@ -1,0 +1,175 @@
+"""Typed records passed between the pipeline's stages.
+
+corpus (GameInfo) -> ingest (Document) -> chunking (Chunk) -> retrieval (Hit)
+-> generation (text) -> answer assembly (Answer with Citations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Lang = Literal["en", "zh"]
+ChunkKind = Literal["section", "glossary"]
+
+
+@dataclass(frozen=True)
+class GameInfo:
+    """One rulebook of the corpus, as its manifest describes it."""
+
+    slug: str
+    title: str
+    aliases: tuple[str, ...]
+    language: Lang
+    source: str
+    path: Path  # the rulebook file
+    builtin: bool = True  # False for rulebooks a user added with `rules add`
+
+    def names(self) -> tuple[str, ...]:
+        """Every name a player may use for the game: title, slug and aliases."""
+        return (self.title, self.slug, *self.aliases)
+
+
+@dataclass(frozen=True)
+class PageSpan:
+    """Characters [start, end) of a Document's text came from this page (1-based)."""
+
+    start: int
+    end: int
+    page: int
+
+
+@dataclass(frozen=True)
+class Document:
+    """A rulebook flattened to text, page chrome removed."""
+
+    game: str  # slug
+    text: str
+    source: str  # file path or description
+    pages: tuple[PageSpan, ...] = ()  # empty for formats without pages
+
+    def page_at(self, offset: int) -> int | None:
+        for span in self.pages:
+            if span.start <= offset < span.end:
+                return span.page
+        return None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A retrievable passage: one section (or part of a long one) or one glossary entry."""
+
+    id: str  # stable: derived from game, section path and text
+    game: str  # slug
+    section: tuple[str, ...]  # e.g. ("Maximum Apocalypse", "Playing the Game", "Move")
+    text: str
+    lang: Lang
+    start: int  # character offsets into the Document text
+    end: int
+    page: int | None = None
+    kind: ChunkKind = "section"
+
+    @property
+    def section_path(self) -> str:
+        return " › ".join(self.section)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["section"] = list(self.section)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Chunk:
+        return cls(**{**data, "section": tuple(data["section"])})
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A chunk found for a question, with its fused score and where it came from."""
+
+    chunk: Chunk
+    score: float
+    rank: int  # 1-based, after fusion (and rerank)
+    dense_score: float | None = None
+    lexical_score: float | None = None
+
+
+@dataclass(frozen=True)
+class Citation:
+    n: int  # the [n] marker in the answer
+    chunk_id: str
+    game: str
+    section: str  # section path, " › " joined
+    text: str
+
+
+@dataclass
+class Timings:
+    retrieve_s: float = 0.0
+    generate_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass
+class Answer:
+    """The assembled answer; `to_json()` is the public `rules ask --json` contract."""
+
+    question: str
+    game: str | None
+    lang: Lang
+    answer: str
+    abstained: bool
+    citations: list[Citation]
+    passages: list[Hit]
+    timings: Timings = field(default_factory=Timings)
+    backend: str = ""  # which generator answered, e.g. "llama:qwen2.5-1.5b" or "extractive"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "game": self.game,
+            "lang": self.lang,
+            "answer": self.answer,
+            "abstained": self.abstained,
+            "citations": [asdict(c) for c in self.citations],
+            "passages": [
+                {
+                    "rank": h.rank,
+                    "chunk_id": h.chunk.id,
+                    "game": h.chunk.game,
+                    "section": h.chunk.section_path,
+                    "text": h.chunk.text,
+                    "score": round(h.score, 6),
+                }
+                for h in self.passages
+            ],
+            "timings": {
+                "retrieve_s": round(self.timings.retrieve_s, 4),
+                "generate_s": round(self.timings.generate_s, 4),
+                "total_s": round(self.timings.total_s, 4),
+            },
+            "backend": self.backend,
+        }
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One earlier exchange of a conversation, so follow-ups keep game and topic."""
+
+    question: str
+    answer: str
+    game: str | None
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """What `Pipeline.ask_stream` yields: tokens as generated, then the final Answer.
+
+    kind "token": `text` holds the next piece of the answer (may later be repaired;
+    the final answer is authoritative). kind "answer": `answer` is the assembled Answer.
+    """
+
+    kind: Literal["token", "answer"]
+    text: str = ""
+    answer: Answer | None = None
