@@ -137,4 +137,3 @@ class Corpus:
         best = max(found.values())
         winners = [slug for slug, length in found.items() if length == best]
         return self.get(winners[0]) if len(winners) == 1 else None
-

@@ -76,12 +76,21 @@ class GenerationSettings(BaseModel):
 
 class ApiSettings(BaseModel):
     cors_origins: list[str] = Field(default_factory=list, description="Allowed browser origins.")
-    api_keys: list[str] = Field(default_factory=list, description="If set, X-API-Key required.")
+    api_keys: list[str] = Field(
+        default_factory=list, description="If set, X-API-Key or Bearer key required."
+    )
     rate_limit_per_minute: int = Field(30, ge=1, description="Requests per client per minute.")
     max_question_chars: int = Field(1000, ge=10)
     max_body_bytes: int = Field(64_000, ge=1024)
     queue_size: int = Field(8, ge=0, description="Waiting model calls per worker before 503.")
     timeout_s: float = Field(120.0, gt=0, description="Longest a request may take.")
+    conversation_ttl_s: float = Field(
+        3600.0, gt=0, description="A conversation unused this long is forgotten."
+    )
+    max_conversations: int = Field(
+        1000, ge=1, description="Conversations kept per worker; the least recently used go."
+    )
+    conversation_turns: int = Field(8, ge=1, description="Turns kept per conversation.")
 
 
 class Settings(BaseSettings):
@@ -92,10 +101,10 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home, description="Index, models, user books.")
     corpus_dir: Path = Field(BUILTIN_CORPUS, description="The built-in rulebooks.")
     models_dir: Path | None = Field(None, description="Model files; default HOME/models.")
-    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
-    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
-    generation: GenerationSettings = Field(default_factory=GenerationSettings)
-    api: ApiSettings = Field(default_factory=ApiSettings)
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    generation: GenerationSettings = GenerationSettings()
+    api: ApiSettings = ApiSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,1 @@
+"""Rulekeeper core: the retrieval-augmented rules-answering pipeline."""

@@ -1,0 +1,108 @@
+"""Answer assembly: check the generated text's citations against the passages it was given.
+
+Markers are normalised to [n]; a marker that points at no passage is dropped; an answer
+left with no marker is repaired by citing the passage sharing most words with it. The
+sentinel NOT_IN_RULEBOOK (or an empty answer) turns into an abstention in the asker's language.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rag.lang import tokenize
+from rag.prompting import NOT_COVERED_SENTINEL, Prompt, phrases
+from rag.types import Answer, Citation, Hit, Lang
+
+# [1], [1, 2], [1][2], 【1】, [passage 1], (1) is too common in rule text to count.
+_MARKER = re.compile(r"[\[【]\s*(?:passage\s*)?(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]", re.I)
+
+
+def normalise_markers(text: str, valid: int) -> tuple[str, list[int]]:
+    """Rewrite markers as [n], dropping numbers outside 1..valid; return cited numbers in order."""
+    cited: list[int] = []
+
+    def replace(match: re.Match[str]) -> str:
+        numbers = [int(x) for x in re.findall(r"\d+", match.group(1))]
+        kept = [n for n in numbers if 1 <= n <= valid]
+        for n in kept:
+            if n not in cited:
+                cited.append(n)
+        return "".join(f"[{n}]" for n in kept)
+
+    return _MARKER.sub(replace, text), cited
+
+
+def best_supporting_passage(text: str, passages: Sequence[Hit]) -> int | None:
+    """1-based number of the passage sharing most words with the text, if any shares one."""
+    words = set(tokenize(text))
+    overlaps = [len(words & set(tokenize(h.chunk.text))) for h in passages]
+    if not overlaps or max(overlaps) == 0:
+        return None
+    return overlaps.index(max(overlaps)) + 1
+
+
+def _citation(n: int, hit: Hit) -> Citation:
+    return Citation(
+        n=n,
+        chunk_id=hit.chunk.id,
+        game=hit.chunk.game,
+        section=hit.chunk.section_path,
+        text=hit.chunk.text,
+    )
+
+
+def _with_reminder(text: str, lang: Lang) -> str:
+    reminder = phrases(lang)["reminder"]
+    text = re.sub(r"\n{3,}", "\n\n", text.strip())
+    return text if reminder in text else f"{text}\n\n{reminder}"
+
+
+def not_covered_answer(
+    question: str, game: str | None, lang: Lang, hits: list[Hit], backend: str
+) -> Answer:
+    """The rulebook is silent: say so, cite nothing, and list the nearest passages."""
+    return Answer(
+        question=question,
+        game=game,
+        lang=lang,
+        answer=_with_reminder(phrases(lang)["not_covered"], lang),
+        abstained=True,
+        citations=[],
+        passages=hits,
+        backend=backend,
+    )
+
+
+def assemble_answer(
+    question: str,
+    game: str | None,
+    lang: Lang,
+    generated: str,
+    hits: list[Hit],
+    prompt: Prompt,
+    backend: str,
+) -> Answer:
+    text = generated.strip()
+    if not text or text.startswith(NOT_COVERED_SENTINEL):
+        return not_covered_answer(question, game, lang, hits, backend)
+    # Small models sometimes echo the sentinel or a template's "[n]" inside a real answer.
+    text = text.replace(NOT_COVERED_SENTINEL, "").replace("[n]", "").strip()
+    given = prompt.passages  # marker [n] refers to given[n - 1], which is hits[n - 1]
+    text, cited = normalise_markers(text, len(given))
+    if not cited:
+        support = best_supporting_passage(text, given)
+        if support is not None:
+            first_line, _, rest = text.partition("\n")
+            text = f"{first_line} [{support}]" + (f"\n{rest}" if rest else "")
+            cited = [support]
+    return Answer(
+        question=question,
+        game=game,
+        lang=lang,
+        answer=_with_reminder(text, lang),
+        abstained=False,
+        citations=[_citation(n, given[n - 1]) for n in sorted(cited)],
+        passages=hits,
+        backend=backend,
+    )

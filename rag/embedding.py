@@ -1,0 +1,107 @@
+"""Embedders: one abstract method; batching, normalisation and progress live in the base.
+
+Chosen by name through `make_embedder`: a registered model name (weights fetched from a
+registry package by `rules models fetch`), a local sentence-transformers folder, or a hub
+name for users with a hub connection. Models load lazily, on first use, once.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rag.errors import ModelError
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+class Embedder(ABC):
+    """Turns texts into L2-normalised float32 vectors (cosine = inner product)."""
+
+    name: str
+
+    @abstractmethod
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        """Raw vectors for one batch; queries and passages may be encoded differently."""
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int: ...
+
+    def embed_passages(
+        self, texts: Sequence[str], batch_size: int = 16, progress: Progress | None = None
+    ) -> np.ndarray:
+        batches = []
+        for start in range(0, len(texts), batch_size):
+            batches.append(self._encode(list(texts[start : start + batch_size]), query=False))
+            if progress:
+                progress(min(start + batch_size, len(texts)), len(texts))
+        if not batches:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalise(np.vstack(batches))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return _normalise(self._encode([text], query=True))[0]
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """Any sentence-transformers model folder or name; loaded on first use."""
+
+    def __init__(self, name: str, location: str) -> None:
+        self.name = name
+        self._location = location
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                try:
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:  # pragma: no cover - a dependency of the project
+                    raise ModelError("Install sentence-transformers: pip install -e .") from exc
+                try:
+                    self._model = SentenceTransformer(self._location, device="cpu")
+                except Exception as exc:
+                    raise ModelError(
+                        f"Cannot load embedder {self.name!r} from {self._location}: {exc}. "
+                        "Run `rules models fetch` or set RULEKEEPER_EMBEDDING__MODEL."
+                    ) from exc
+        return self._model
+
+    @property
+    def dimension(self) -> int:
+        dim = self._load().get_sentence_embedding_dimension()
+        return int(dim)
+
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        model = self._load()
+        # Models such as EmbeddingGemma and E5 use different prompts for queries and passages.
+        encode = getattr(model, "encode_query" if query else "encode_document", model.encode)
+        return np.asarray(encode(texts, batch_size=len(texts), show_progress_bar=False))
+
+
+def make_embedder(name: str, models_dir: Path) -> Embedder:
+    """An embedder from a registered name, a local folder, or a hub name."""
+    from rag.models import REGISTRY, resolve_model_path
+
+    spec = REGISTRY.get(name)
+    if spec is not None:
+        if spec.kind != "embedder":
+            raise ModelError(f"{name!r} is a {spec.kind}, not an embedder.")
+        return SentenceTransformerEmbedder(name, str(resolve_model_path(spec, models_dir)))
+    path = Path(name).expanduser()
+    if path.exists():
+        return SentenceTransformerEmbedder(path.name, str(path))
+    return SentenceTransformerEmbedder(name, name)

@@ -1,0 +1,171 @@
+"""Generators: turn a prompt (chat messages plus the numbered passages) into a token stream.
+
+Two backends behind one interface: a local GGUF model through llama-cpp-python, and an
+extractive backend that needs no model and quotes the passages' best sentences.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rag.errors import ModelError
+from rag.lang import split_sentences, tokenize
+from rag.prompting import Prompt, phrases
+
+if TYPE_CHECKING:
+    from rag.settings import Settings
+
+
+class Generator(ABC):
+    name: str
+
+    @abstractmethod
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        """Yield the answer's text piece by piece as it is produced."""
+
+    def complete(self, prompt: Prompt) -> str:
+        return "".join(self.stream(prompt))
+
+
+class LlamaCppGenerator(Generator):
+    """A GGUF chat model run by llama-cpp-python; loaded on first use, once."""
+
+    def __init__(
+        self,
+        name: str,
+        model_path: Path,
+        *,
+        n_ctx: int = 4096,
+        threads: int = 2,
+        temperature: float = 0.1,
+        max_tokens: int = 512,
+    ) -> None:
+        self.name = f"llama:{name}"
+        self.model_path = model_path
+        self._n_ctx = n_ctx
+        self._threads = threads
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._llm: Any = None
+        # llama.cpp contexts are not thread-safe: one generation at a time per model.
+        self.lock = threading.Lock()
+
+    def load(self) -> Any:
+        if self._llm is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise ModelError(
+                    "llama-cpp-python is not installed: run scripts/setup.sh "
+                    "(it builds it with the CPU flags this machine needs)."
+                ) from exc
+            if not self.model_path.is_file():
+                raise ModelError(
+                    f"GGUF model {self.model_path} not found: run `rules models fetch`."
+                )
+            self._llm = Llama(
+                model_path=str(self.model_path),
+                n_ctx=self._n_ctx,
+                n_threads=self._threads,
+                n_threads_batch=self._threads,
+                verbose=False,
+            )
+        return self._llm
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        with self.lock:
+            llm = self.load()
+            chunks = llm.create_chat_completion(
+                messages=prompt.messages,
+                temperature=self._temperature,
+                max_tokens=self._max_tokens,
+                stream=True,
+            )
+            for chunk in chunks:
+                delta = chunk["choices"][0].get("delta", {})
+                text = delta.get("content")
+                if text:
+                    yield text
+
+
+class ExtractiveGenerator(Generator):
+    """No model: answers with the passages' sentences that best match the question.
+
+    Sentences are scored by word overlap with the question plus a prior for the passage's
+    rank, so a Chinese question (no shared words) still gets the top passage's lead.
+    Quoted sentences stay in the rulebook's language; headings follow the question's.
+    """
+
+    name = "extractive"
+
+    def __init__(self, sentences: int = 4) -> None:
+        self._sentences = sentences
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        words = phrases(prompt.lang)
+        picked = self._pick(prompt)
+        if not picked:
+            yield words["not_covered"]
+            return
+        (first_n, first), *rest = picked
+        yield f"{words['heading_conclusion']}: {first} [{first_n}]\n"
+        if rest:
+            yield f"{words['heading_conditions']}:\n"
+            for n, sentence in rest:
+                yield f"- {sentence} [{n}]\n"
+        yield f"{words['heading_unsaid']}: {words['unsaid_default']}\n"
+
+    def _pick(self, prompt: Prompt) -> list[tuple[int, str]]:
+        question = set(tokenize(prompt.question))
+        scored: list[tuple[float, int, int, str]] = []
+        for n, hit in enumerate(prompt.passages, start=1):
+            for position, sentence in enumerate(split_sentences(hit.chunk.text)):
+                overlap = len(question & set(tokenize(sentence)))
+                prior = 1.0 / (n + position)
+                scored.append((overlap + prior, n, position, sentence.strip()))
+        best = sorted(scored, key=lambda s: s[0], reverse=True)[: self._sentences]
+        # Present the chosen sentences in reading order within the best passage first.
+        lead = best[0][1] if best else 0
+        best.sort(key=lambda s: (s[1] != lead, s[1], s[2]))
+        return [(n, sentence) for _, n, _, sentence in best if sentence]
+
+
+def make_llama_generator(settings: Settings) -> LlamaCppGenerator:
+    from rag.models import resolve_llm_path
+
+    gen = settings.generation
+    name, path = resolve_llm_path(gen.model, settings.model_dir)
+    return LlamaCppGenerator(
+        name,
+        path,
+        n_ctx=gen.n_ctx,
+        threads=gen.threads,
+        temperature=gen.temperature,
+        max_tokens=gen.max_tokens,
+    )
+
+
+def llama_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_generator(settings: Settings) -> Generator:
+    """The configured backend; "auto" falls back to extractive when no LLM is installed."""
+    backend = settings.generation.backend
+    if backend == "extractive":
+        return ExtractiveGenerator()
+    if backend == "llama":
+        return make_llama_generator(settings)
+    try:
+        llama = make_llama_generator(settings)
+    except ModelError:
+        return ExtractiveGenerator()
+    return llama if llama_available() else ExtractiveGenerator()

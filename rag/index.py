@@ -1,0 +1,218 @@
+"""The persisted search index: chunks, their FAISS vectors and a manifest saying what built them.
+
+The index is rebuilt only when the manifest no longer matches: another embedding model,
+another chunker version, or a changed corpus (hash of every manifest and rulebook file).
+Exact inner-product search suits small corpora; past `hnsw_threshold` chunks an HNSW graph
+replaces it. Each game's chunks are stored contiguously, so a search is scoped to one game
+with an ID range instead of a post-filter that could starve the results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rag.chunking import CHUNKER_VERSION
+from rag.corpus import MANIFEST, Corpus
+from rag.embedding import Embedder
+from rag.errors import IndexError_
+from rag.settings import Settings
+from rag.types import Chunk
+
+Progress = Callable[[str, int, int], None]
+
+FORMAT_VERSION = 1
+
+
+def corpus_hash(corpus: Corpus) -> str:
+    digest = hashlib.sha256()
+    for game in sorted(corpus.games, key=lambda g: g.slug):
+        digest.update(game.slug.encode())
+        digest.update((game.path.parent / MANIFEST).read_bytes())
+        digest.update(game.path.read_bytes())
+    return digest.hexdigest()
+
+
+def expected_manifest(corpus: Corpus, settings: Settings, embedder_name: str) -> dict[str, Any]:
+    return {
+        "format": FORMAT_VERSION,
+        "embedding_model": embedder_name,
+        "chunker_version": CHUNKER_VERSION,
+        "corpus_hash": corpus_hash(corpus),
+        "hnsw_threshold": settings.retrieval.hnsw_threshold,
+    }
+
+
+@dataclass
+class ChunkIndex:
+    """Chunks in reading order, grouped by game, with their vectors in a FAISS index."""
+
+    chunks: list[Chunk]
+    faiss_index: Any
+    manifest: dict[str, Any]
+    _ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, chunk in enumerate(self.chunks):
+            start, _ = self._ranges.get(chunk.game, (i, i))
+            self._ranges[chunk.game] = (start, i + 1)
+
+    def game_range(self, slug: str) -> tuple[int, int]:
+        return self._ranges.get(slug, (0, 0))
+
+    def chunks_of(self, slug: str) -> list[Chunk]:
+        start, end = self.game_range(slug)
+        return self.chunks[start:end]
+
+    def chunk_by_id(self, chunk_id: str) -> Chunk | None:
+        return next((c for c in self.chunks if c.id == chunk_id), None)
+
+    def search(self, vector: np.ndarray, slug: str, n: int) -> list[tuple[int, float]]:
+        """The n nearest (position, cosine) pairs among one game's chunks."""
+        faiss: Any = _faiss()  # its stubs lack the selector-aware search parameters
+        start, end = self.game_range(slug)
+        if end <= start:
+            return []
+        params = (
+            faiss.SearchParametersHNSW(sel=faiss.IDSelectorRange(start, end), efSearch=max(64, n))
+            if self.manifest.get("index_type") == "hnsw"
+            else faiss.SearchParameters(sel=faiss.IDSelectorRange(start, end))
+        )
+        scores, ids = self.faiss_index.search(
+            vector.reshape(1, -1).astype(np.float32), min(n, end - start), params=params
+        )
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+
+def _faiss() -> Any:
+    import faiss
+
+    return faiss
+
+
+def build_faiss(vectors: np.ndarray, hnsw_threshold: int) -> tuple[Any, str]:
+    faiss = _faiss()
+    dim = vectors.shape[1]
+    index: Any
+    if len(vectors) > hnsw_threshold:
+        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        kind = "hnsw"
+    else:
+        index = faiss.IndexFlatIP(dim)
+        kind = "flat"
+    index.add(vectors)
+    return index, kind
+
+
+class IndexStore:
+    """An index folder: manifest.json, chunks.jsonl, vectors.faiss."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / "manifest.json"
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def is_current(self, corpus: Corpus, settings: Settings, embedder_name: str) -> bool:
+        stored = self.read_manifest()
+        if stored is None:
+            return False
+        wanted = expected_manifest(corpus, settings, embedder_name)
+        return all(stored.get(key) == value for key, value in wanted.items())
+
+    def load_or_build(
+        self,
+        corpus: Corpus,
+        settings: Settings,
+        embedder: Embedder,
+        *,
+        chunks: list[Chunk] | None,
+        progress: Progress | None = None,
+    ) -> ChunkIndex:
+        """Build from `chunks` when given, else load what is on disk."""
+        if chunks is not None:
+            return self.build(corpus, settings, embedder, chunks, progress)
+        return self.load()
+
+    def build(
+        self,
+        corpus: Corpus,
+        settings: Settings,
+        embedder: Embedder,
+        chunks: list[Chunk],
+        progress: Progress | None = None,
+    ) -> ChunkIndex:
+        faiss = _faiss()
+        started = time.perf_counter()
+        vectors = embedder.embed_passages(
+            [_embedding_text(c) for c in chunks],
+            batch_size=settings.embedding.batch_size,
+            progress=(lambda done, total: progress("embed", done, total)) if progress else None,
+        )
+        faiss_index, kind = build_faiss(vectors, settings.retrieval.hnsw_threshold)
+        manifest = {
+            **expected_manifest(corpus, settings, embedder.name),
+            "dimension": int(vectors.shape[1]) if len(vectors) else embedder.dimension,
+            "index_type": kind,
+            "chunks": len(chunks),
+            "games": corpus.slugs,
+            "build_seconds": round(time.perf_counter() - started, 3),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        # Write into a temporary folder and swap it in, so a crash never leaves half an index.
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".index-", dir=self.folder.parent))
+        with (tmp / "chunks.jsonl").open("w", encoding="utf-8") as out:
+            for chunk in chunks:
+                out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
+        faiss.write_index(faiss_index, str(tmp / "vectors.faiss"))
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+        tmp.rename(self.folder)
+        return ChunkIndex(chunks, faiss_index, manifest)
+
+    def load(self) -> ChunkIndex:
+        faiss = _faiss()
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise IndexError_(f"No index at {self.folder}: build it with `rules index --rebuild`.")
+        try:
+            chunks = [
+                Chunk.from_dict(json.loads(line))
+                for line in (self.folder / "chunks.jsonl").read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
+            faiss_index = faiss.read_index(str(self.folder / "vectors.faiss"))
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+            raise IndexError_(
+                f"The index at {self.folder} is corrupt ({exc}): run `rules index --rebuild`."
+            ) from exc
+        if faiss_index.ntotal != len(chunks) or manifest.get("chunks") != len(chunks):
+            raise IndexError_(
+                f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
+            )
+        return ChunkIndex(chunks, faiss_index, manifest)
+
+
+def _embedding_text(chunk: Chunk) -> str:
+    """Embed the section path with the text: headings carry much of a passage's meaning."""
+    return f"{' › '.join(chunk.section[1:])}\n{chunk.text}"

@@ -1,0 +1,125 @@
+"""Language helpers shared by ingest, chunking and retrieval: detection, sentences, tokens.
+
+Tokens are for BM25 and length estimates, not for models: lowercase latin words and
+numbers, Chinese words as jieba segments them, stopwords and punctuation dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+from rag.types import Lang
+
+# CJK ideographs (basic, extension A, compatibility); kana are rare in our books.
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_RE = re.compile(f"[{_CJK}]")
+_LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
+# A Chinese character weighs about as much as a latin word; above this share, text is zh.
+_ZH_SHARE = 0.3
+
+_WORD_RE = re.compile(f"(?P<cjk>[{_CJK}]+)|(?P<latin>[a-z0-9]+(?:'[a-z]+)*)")
+
+_STOPWORD_LIST = """
+    a an the and or but nor if then else than so as of to in on at by for with from into
+    onto upon about over under after before during until while within without
+    is are was were be been being am do does did doing done have has had having
+    can could may might must shall should will would cannot can't won't don't doesn't
+    i me my mine we us our you your yours he him his she her it its they them their
+    this that these those there here what which who whom whose when where why how
+    not no yes also just only very too any each every some such both either neither
+    all other more most own same out up down off again further once
+    的 了 吗 呢 吧 啊
+"""
+STOPWORDS = frozenset(_STOPWORD_LIST.split())
+
+# Sentence ends: Chinese marks need no space after them; latin ones need a space or the end.
+_SENTENCE_END_RE = re.compile(r"[。！？]+[」』”’）\"')]*|[.!?]+[\"'”’)\]]*(?=\s|$)|\n")
+# Words whose trailing period does not end a sentence ("e.g.", "see p. 12").
+_ABBREVIATION_LIST = "e.g i.e eg ie vs cf ex approx incl fig p pp mr mrs ms dr"
+_ABBREVIATIONS = frozenset(_ABBREVIATION_LIST.split())
+
+
+def detect_lang(text: str) -> Lang:
+    """'zh' when Chinese characters make up a meaningful share of the words, else 'en'."""
+    cjk = len(CJK_RE.findall(text))
+    if cjk == 0:
+        return "en"
+    latin_words = len(_LATIN_WORD_RE.findall(text))
+    return "zh" if cjk / (cjk + latin_words) >= _ZH_SHARE else "en"
+
+
+def _is_false_stop(text: str, start: int, dot: int, end: int) -> bool:
+    """True when the period at `dot` belongs to an abbreviation or an enumeration."""
+    before = text[start:dot].split()
+    if text[dot] != "." or not before:
+        return False
+    word = before[-1].lstrip("([\"'").lower()
+    if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+        return True  # "e.g.", "see p. 12", "A. Card Type"
+    if len(before) == 1 and word.isdigit():
+        return True  # "3. Player Actions": a number opening the sentence enumerates
+    return text[end:].lstrip(" \t")[:1].islower()
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) offsets of the sentences of `text`, stripped of surrounding space.
+
+    Splits after . ! ? (followed by space or the end) and after 。！？, keeping the
+    punctuation; a newline always ends a sentence, since lines are paragraphs here.
+    """
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for match in _SENTENCE_END_RE.finditer(text):
+        if _is_false_stop(text, start, match.start(), match.end()):
+            continue
+        spans.append((start, match.end()))
+        start = match.end()
+    spans.append((start, len(text)))
+    return [trimmed for span in spans if (trimmed := _strip_span(text, *span))]
+
+
+def _strip_span(text: str, start: int, end: int) -> tuple[int, int] | None:
+    piece = text[start:end]
+    if not piece.strip():
+        return None
+    start += len(piece) - len(piece.lstrip())
+    end -= len(piece) - len(piece.rstrip())
+    return start, end
+
+
+def split_sentences(text: str) -> list[str]:
+    return [text[start:end] for start, end in sentence_spans(text)]
+
+
+@cache
+def _jieba() -> Any:
+    """jieba, imported and initialised once (it locks itself); its loading log is silenced."""
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    return jieba
+
+
+def _words(text: str) -> Iterator[str]:
+    for match in _WORD_RE.finditer(text.lower().replace("’", "'")):
+        if match.group("latin"):
+            yield match.group("latin")
+            continue
+        for word in _jieba().cut(match.group("cjk")):
+            if word.strip():
+                yield word
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase word tokens for BM25: latin words, numbers and jieba's Chinese words."""
+    return [word for word in _words(text) if word not in STOPWORDS]
+
+
+def count_tokens(text: str) -> int:
+    """A length measure in words (stopwords included, punctuation not)."""
+    return sum(1 for _ in _words(text))

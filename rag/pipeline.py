@@ -1,0 +1,319 @@
+"""The one pipeline every front end uses: corpus -> index -> retrieval -> generation -> answer.
+
+Models and the index load lazily, on first use, and once; a Pipeline is safe to share
+between threads (the index build and each model call are serialised).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rag.answer import assemble_answer, not_covered_answer
+from rag.chunking import chunk_document
+from rag.corpus import Corpus, slugify, write_manifest
+from rag.embedding import Embedder, make_embedder
+from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
+from rag.generation import Generator, make_generator
+from rag.index import IndexStore
+from rag.ingest import SUPPORTED_SUFFIXES, load_document
+from rag.lang import detect_lang
+from rag.prompting import NOT_COVERED_SENTINEL, build_prompt
+from rag.reranking import Reranker, make_reranker
+from rag.retrieval import Retriever
+from rag.settings import Settings, load_settings
+from rag.types import Answer, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+MAX_QUESTION_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class GameSummary:
+    game: GameInfo
+    chunks: int
+
+
+class Pipeline:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        embedder: Embedder | None = None,
+        generator: Generator | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        self._embedder = embedder
+        self._generator = generator
+        self._reranker = reranker
+        self._corpus: Corpus | None = None
+        self._retriever: Retriever | None = None
+        self._lock = threading.RLock()
+
+    # --- components, built on first use -------------------------------------------------
+
+    @property
+    def corpus(self) -> Corpus:
+        with self._lock:
+            if self._corpus is None:
+                self._corpus = Corpus.load(
+                    (self.settings.corpus_dir, True), (self.settings.user_books_dir, False)
+                )
+            return self._corpus
+
+    @property
+    def embedder(self) -> Embedder:
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = make_embedder(
+                    self.settings.embedding.model, self.settings.model_dir
+                )
+            return self._embedder
+
+    @property
+    def generator(self) -> Generator:
+        with self._lock:
+            if self._generator is None:
+                self._generator = make_generator(self.settings)
+            return self._generator
+
+    @property
+    def reranker(self) -> Reranker | None:
+        with self._lock:
+            if self._reranker is None and self.settings.retrieval.rerank:
+                self._reranker = make_reranker(self.settings, self.generator)
+            return self._reranker
+
+    def index_store(self) -> IndexStore:
+        return IndexStore(self.settings.index_dir)
+
+    def ensure_index(self, *, rebuild: bool = False, progress: Progress | None = None) -> Retriever:
+        """Load the index, rebuilding it when the corpus or settings changed (or asked to)."""
+        with self._lock:
+            if self._retriever is not None and not rebuild:
+                return self._retriever
+            store = self.index_store()
+            chunks_by_game = None
+            if rebuild or not store.is_current(self.corpus, self.settings, self.embedder.name):
+                chunks_by_game = self._chunk_corpus(progress)
+            index = store.load_or_build(
+                self.corpus,
+                self.settings,
+                self.embedder,
+                chunks=chunks_by_game,
+                progress=progress,
+            )
+            self._retriever = Retriever(index, self.embedder, self.settings.retrieval)
+            return self._retriever
+
+    def _chunk_corpus(self, progress: Progress | None) -> list[Chunk]:
+        chunks: list[Chunk] = []
+        games = self.corpus.games
+        for i, game in enumerate(games, start=1):
+            chunks.extend(chunk_document(load_document(game.path, game.slug), game))
+            if progress:
+                progress("chunk", i, len(games))
+        return chunks
+
+    # --- corpus views ------------------------------------------------------------------
+
+    def games(self) -> list[GameSummary]:
+        index = self.ensure_index().index
+        return [GameSummary(g, len(index.chunks_of(g.slug))) for g in self.corpus.games]
+
+    def chunks(self, game: str) -> list[Chunk]:
+        """The rulebook's chunks in reading order (for the viewer: TOC and sections)."""
+        slug = self.corpus.resolve(game).slug
+        return self.ensure_index().index.chunks_of(slug)
+
+    def chunk(self, chunk_id: str) -> Chunk:
+        found = self.ensure_index().index.chunk_by_id(chunk_id)
+        if found is None:
+            raise InputError(f"No passage with id {chunk_id!r}.")
+        return found
+
+    def resolve_game(
+        self, game: str | None, question: str, history: Sequence[Turn] = ()
+    ) -> GameInfo:
+        """The caller's game, else the one the question names, else the conversation's."""
+        if game:
+            return self.corpus.resolve(game)
+        detected = self.corpus.detect(question)
+        if detected:
+            return detected
+        for turn in reversed(history):
+            if turn.game:
+                return self.corpus.get(turn.game)
+        if len(self.corpus.games) == 1:
+            return self.corpus.games[0]
+        raise GameNotFoundError(
+            "Which game? Name it in the question or pass --game.", self.corpus.slugs
+        )
+
+    # --- asking --------------------------------------------------------------------------
+
+    def retrieve(
+        self,
+        question: str,
+        game: str | None = None,
+        k: int | None = None,
+        history: Sequence[Turn] = (),
+    ) -> tuple[GameInfo, list[Hit]]:
+        question = _check_question(question)
+        info = self.resolve_game(game, question, history)
+        query = _with_context(question, history)
+        hits = self.ensure_index().search(
+            query, info.slug, k or self.settings.retrieval.k, reranker=self.reranker
+        )
+        return info, hits
+
+    def ask(
+        self,
+        question: str,
+        game: str | None = None,
+        k: int | None = None,
+        history: Sequence[Turn] = (),
+    ) -> Answer:
+        final: Answer | None = None
+        for event in self.ask_stream(question, game, k, history):
+            if event.kind == "answer":
+                final = event.answer
+        assert final is not None  # ask_stream always ends with the answer
+        return final
+
+    def ask_stream(
+        self,
+        question: str,
+        game: str | None = None,
+        k: int | None = None,
+        history: Sequence[Turn] = (),
+    ) -> Iterator[StreamEvent]:
+        started = time.perf_counter()
+        info, hits = self.retrieve(question, game, k, history)
+        lang: Lang = detect_lang(question)
+        timings = Timings(retrieve_s=time.perf_counter() - started)
+        retriever = self.ensure_index()
+        if not retriever.is_relevant(hits):
+            answer = not_covered_answer(question, info.slug, lang, hits, self.generator.name)
+        else:
+            gen = self.settings.generation
+            prompt = build_prompt(
+                question,
+                lang,
+                hits[: gen.passages],
+                game_title=info.title,
+                passage_chars=gen.passage_chars,
+                history=[(t.question, t.answer) for t in history[-2:]],
+            )
+            gen_started = time.perf_counter()
+            pieces: list[str] = []
+            for piece in _hold_back_sentinel(self.generator.stream(prompt), pieces):
+                yield StreamEvent("token", text=piece)
+            timings.generate_s = time.perf_counter() - gen_started
+            answer = assemble_answer(
+                question, info.slug, lang, "".join(pieces), hits, prompt, self.generator.name
+            )
+        timings.total_s = time.perf_counter() - started
+        answer.timings = timings
+        yield StreamEvent("answer", answer=answer)
+
+    # --- user rulebooks ------------------------------------------------------------------
+
+    def add_book(
+        self,
+        path: Path,
+        title: str,
+        aliases: Sequence[str] = (),
+        progress: Progress | None = None,
+    ) -> GameInfo:
+        """Copy a user's rulebook into the corpus and index it; nothing is left half-added."""
+        if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+            raise IngestError(
+                f"{path.name}: unsupported format; use one of {', '.join(SUPPORTED_SUFFIXES)}."
+            )
+        slug = slugify(title)
+        if slug in self.corpus.slugs:
+            raise CorpusError(f"A game with slug {slug!r} already exists; choose another title.")
+        document = load_document(path, slug)  # fails before anything is written
+        folder = self.settings.user_books_dir / slug
+        folder.mkdir(parents=True)
+        try:
+            target = folder / f"rulebook{path.suffix.lower()}"
+            shutil.copyfile(path, target)
+            info = GameInfo(
+                slug=slug,
+                title=title,
+                aliases=tuple(aliases),
+                language=detect_lang(document.text),
+                source=str(path),
+                path=target,
+                builtin=False,
+            )
+            write_manifest(folder, info)
+            self._reload()
+            self.ensure_index(progress=progress)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            self._reload()
+            raise
+        return info
+
+    def remove_book(self, game: str) -> GameInfo:
+        info = self.corpus.resolve(game)
+        if info.builtin:
+            raise CorpusError(f"{info.title} is a built-in rulebook; only added books can go.")
+        shutil.rmtree(info.path.parent)
+        self._reload()
+        return info
+
+    def _reload(self) -> None:
+        with self._lock:
+            self._corpus = None
+            self._retriever = None
+
+
+def _check_question(question: str) -> str:
+    question = question.strip()
+    if not question:
+        raise InputError("The question is empty: ask something about a game's rules.")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"The question is longer than {MAX_QUESTION_CHARS} characters.")
+    return question
+
+
+def _with_context(question: str, history: Sequence[Turn]) -> str:
+    """A follow-up ("and if I'm starving?") searches with the previous question beside it."""
+    if not history:
+        return question
+    return f"{history[-1].question} {question}"
+
+
+def _hold_back_sentinel(stream: Iterator[str], seen: list[str]) -> Iterator[str]:
+    """Pass tokens through, except while the text so far could still be the sentinel.
+
+    An abstaining model's NOT_IN_RULEBOOK is never shown; the final answer replaces it.
+    Every piece is also appended to `seen`.
+    """
+    held: str | None = ""
+    for piece in stream:
+        seen.append(piece)
+        if held is None:
+            yield piece
+            continue
+        held += piece
+        if not NOT_COVERED_SENTINEL.startswith(held.lstrip()[: len(NOT_COVERED_SENTINEL)]):
+            yield held
+            held = None
+    # A held-back prefix that never became the sentinel is still part of the answer.
+    if held and not held.strip().startswith(NOT_COVERED_SENTINEL):
+        yield held
+
+
+def default_pipeline() -> Pipeline:
+    return Pipeline(load_settings())

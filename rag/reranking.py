@@ -1,0 +1,78 @@
+"""Rerankers reorder the fused candidates by how well each passage answers the question.
+
+No registry package carries a cross-encoder, so the reranker shipped here asks the local
+LLM a yes/no question per passage and ranks by the probability of "yes".
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rag.errors import ModelError
+from rag.prompting import render, shorten
+from rag.types import Hit
+
+if TYPE_CHECKING:
+    from rag.generation import Generator, LlamaCppGenerator
+    from rag.settings import Settings
+
+
+class Reranker(ABC):
+    name: str
+
+    @abstractmethod
+    def score(self, question: str, hits: Sequence[Hit]) -> list[float]:
+        """One relevance score per hit, higher is better."""
+
+    def rerank(self, question: str, hits: Sequence[Hit]) -> list[Hit]:
+        scores = self.score(question, hits)
+        order = sorted(range(len(hits)), key=lambda i: scores[i], reverse=True)
+        return [hits[i] for i in order]
+
+
+class LlmYesNoReranker(Reranker):
+    def __init__(self, generator: LlamaCppGenerator, passage_chars: int = 600) -> None:
+        self.name = f"yesno:{generator.name}"
+        self._generator = generator
+        self._passage_chars = passage_chars
+
+    def score(self, question: str, hits: Sequence[Hit]) -> list[float]:
+        return [self._p_yes(question, hit) for hit in hits]
+
+    def _p_yes(self, question: str, hit: Hit) -> float:
+        content = render(
+            "rerank.txt",
+            question=question,
+            section=hit.chunk.section_path,
+            text=shorten(hit.chunk.text, self._passage_chars),
+        )
+        with self._generator.lock:
+            result = self._generator.load().create_chat_completion(
+                messages=[{"role": "user", "content": content}],
+                max_tokens=1,
+                temperature=0.0,
+                logprobs=True,
+                top_logprobs=10,
+            )
+        choice = result["choices"][0]
+        top = (choice.get("logprobs") or {}).get("content") or []
+        if top:
+            yes = [
+                math.exp(alt["logprob"])
+                for alt in top[0].get("top_logprobs", [])
+                if alt["token"].strip().lower() == "yes"
+            ]
+            return sum(yes)
+        return 1.0 if choice["message"]["content"].strip().lower().startswith("yes") else 0.0
+
+
+def make_reranker(settings: Settings, generator: Generator) -> Reranker:
+    from rag.generation import LlamaCppGenerator, make_llama_generator
+
+    if settings.retrieval.reranker != "llm-yesno":
+        raise ModelError(f"Unknown reranker {settings.retrieval.reranker!r}; known: llm-yesno.")
+    llm = generator if isinstance(generator, LlamaCppGenerator) else make_llama_generator(settings)
+    return LlmYesNoReranker(llm)

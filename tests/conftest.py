@@ -1,0 +1,150 @@
+"""Shared fixtures: deterministic fake models so the whole pipeline runs in milliseconds.
+
+Every test's state lives under RULEKEEPER_HOME pointing at tmp_path; real models are only
+used by tests marked `real_models`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rag.embedding import Embedder
+from rag.generation import ExtractiveGenerator, Generator
+from rag.lang import tokenize
+from rag.pipeline import Pipeline
+from rag.prompting import Prompt
+from rag.settings import BUILTIN_CORPUS, Settings
+
+
+class FakeEmbedder(Embedder):
+    """Bag of hashed words: texts sharing words get similar vectors; no model needed."""
+
+    name = "fake-hash-embedder"
+
+    def __init__(self, dim: int = 256) -> None:
+        self._dim = dim
+
+    @property
+    def dimension(self) -> int:
+        return self._dim
+
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in tokenize(text):
+                bucket = int(hashlib.md5(token.encode()).hexdigest(), 16) % self._dim
+                out[row, bucket] += 1.0
+            out[row, 0] += 0.01  # no all-zero vector for texts without known words
+        return out
+
+
+class ScriptedGenerator(Generator):
+    """Replies with queued texts, streamed word by word; records the prompts it got."""
+
+    name = "scripted"
+
+    def __init__(self, replies: list[str] | None = None) -> None:
+        self.replies = list(replies or [])
+        self.prompts: list[Prompt] = []
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        self.prompts.append(prompt)
+        reply = self.replies.pop(0) if self.replies else "Conclusion: see the rule [1]."
+        for word in reply.split(" "):
+            yield word + " "
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("RULEKEEPER_HOME", str(home))
+    monkeypatch.delenv("RULEKEEPER_CONFIG", raising=False)
+    return home
+
+
+@pytest.fixture
+def settings(home: Path) -> Settings:
+    return Settings(home=home, corpus_dir=BUILTIN_CORPUS)
+
+
+@pytest.fixture
+def pipeline(settings: Settings) -> Pipeline:
+    """The real pipeline over the real corpus with the fake embedder and extractive answers."""
+    return Pipeline(settings, embedder=FakeEmbedder(), generator=ExtractiveGenerator())
+
+
+@pytest.fixture
+def scripted() -> ScriptedGenerator:
+    return ScriptedGenerator()
+
+
+@pytest.fixture
+def scripted_pipeline(settings: Settings, scripted: ScriptedGenerator) -> Pipeline:
+    return Pipeline(settings, embedder=FakeEmbedder(), generator=scripted)
+
+
+# --- API (api/): the app served by a live uvicorn on 127.0.0.1, over a given pipeline ------
+
+
+@pytest.fixture
+def serve_api() -> Iterator[Callable[..., str]]:
+    """`serve_api(pipeline, **api_settings)` starts the app and returns its base URL.
+
+    The rate limit is lifted unless a test sets it; servers stop at the end of the test.
+    """
+    from api.app import create_app
+    from api.server import running
+    from rag.settings import ApiSettings
+
+    with contextlib.ExitStack() as stack:
+
+        def start(pipeline: Pipeline, **api: Any) -> str:
+            overrides = {"rate_limit_per_minute": 1_000_000, **api}
+            settings = pipeline.settings.model_copy(update={"api": ApiSettings(**overrides)})
+            return stack.enter_context(running(create_app(settings, pipeline=pipeline)))
+
+        yield start
+
+
+class SlowGenerator(Generator):
+    """Streams `pieces` words, `delay` seconds apart, then a citation; records how far it got
+    and whether it was closed early (the client left), to test streaming and the model queue."""
+
+    name = "slow"
+
+    def __init__(self, pieces: int = 20, delay: float = 0.05) -> None:
+        self.pieces = pieces
+        self.delay = delay
+        self.produced = 0
+        self.started = threading.Event()
+        self.finished = threading.Event()  # ran to the end or was closed
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        self.started.set()
+        try:
+            for i in range(self.pieces):
+                time.sleep(self.delay)
+                self.produced += 1
+                yield f"word{i} "
+            yield "[1]"
+        finally:
+            self.finished.set()
+
+
+@pytest.fixture
+def slow() -> SlowGenerator:
+    return SlowGenerator()
+
+
+@pytest.fixture
+def slow_pipeline(pipeline: Pipeline, slow: SlowGenerator) -> Pipeline:
+    return Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=slow)

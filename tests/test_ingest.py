@@ -1,0 +1,268 @@
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rag.chunking import chunk_document
+from rag.corpus import Corpus
+from rag.errors import IngestError
+from rag.ingest import SUPPORTED_SUFFIXES, load_document
+from rag.types import Document, GameInfo
+
+CORPUS = Corpus.load((Path("corpus"), True))
+CHROME = ("RulesPal", "Chat", "Rulebook", "Table of Contents")
+
+
+def _game(path: Path, title: str = "Space Race") -> GameInfo:
+    return GameInfo("space-race", title, (), "en", "test", path)
+
+
+@pytest.fixture(scope="module")
+def books() -> dict[str, Document]:
+    return {g.slug: load_document(g.path, g.slug) for g in CORPUS.games}
+
+
+# ---------------------------------------------------------------- the real rulebooks
+
+
+def test_every_book_loads_without_chrome_or_blank_lines(books: dict[str, Document]) -> None:
+    for slug, doc in books.items():
+        lines = doc.text.split("\n")
+        assert doc.game == slug
+        assert all(line and line == " ".join(line.split()) for line in lines), slug
+        assert not [line for line in lines if line.removeprefix("# ") in CHROME], slug
+        assert "thumbnail" not in doc.text, slug
+        assert doc.pages == ()
+
+
+def test_title_lines_and_contents_list_are_removed(books: dict[str, Document]) -> None:
+    deck = books["deck52-final-bus"].text
+    assert deck.startswith("# Setup\n1. Remove Map cards")
+    assert "DECK 52: Final Bus Rulebook" not in deck
+    ma = books["maximum-apocalypse"].text
+    assert ma.startswith("# Components\n- 14 Survivor Character cards")
+    assert "- Credits" not in ma  # the contents entry, not the section
+
+
+def test_contents_entries_become_top_level_headings(books: dict[str, Document]) -> None:
+    ma = books["maximum-apocalypse"].text.split("\n")
+    for heading in ("# Playing the Game", "# 3. Player Actions", "# Glossary", "# Missions 2-3"):
+        assert heading in ma
+    assert "Move" in ma and "# Move" not in ma  # not in the contents: left to the chunker
+    # A book whose contents list is empty keeps its first section.
+    assert books["maximum-throwdown-overload"].text.startswith("Components\n- 90 Throwdown")
+
+
+def test_hard_wrapped_lines_are_rejoined(books: dict[str, Document]) -> None:
+    suros = books["suros"].text
+    assert "\nAny player can freely move through another player" in suros
+    assert "The dead player occupies that space on the map until they are revived.\n" in suros
+    # A lone "-" bullet joins the item on the next line.
+    assert "\n- Evaluate Active Icons: Look at" in books["maximum-throwdown-overload"].text
+
+
+# ---------------------------------------------------------------- other formats
+
+
+def test_markdown_keeps_headings_and_strips_markup(tmp_path: Path) -> None:
+    path = tmp_path / "space.md"
+    path.write_text(
+        "# Space Race\n\nThe **race** is on, see [the site](http://example.com) "
+        "![board](board.png)\nand `roll` the *dice*.\n\n"
+        "## Setup\n\n* Shuffle the deck.\n* Deal five cards.\n\n"
+        "Docking\n-------\n\nDock when you reach a station.\n\n"
+        "```\ncode stays\n```\n",
+        encoding="utf-8",
+    )
+    doc = load_document(path, "space-race")
+    assert doc.text.split("\n") == [
+        "# Space Race",
+        "The race is on, see the site and roll the dice.",
+        "## Setup",
+        "- Shuffle the deck.",
+        "- Deal five cards.",
+        "## Docking",
+        "Dock when you reach a station.",
+        "code stays",
+    ]
+    chunks = chunk_document(doc, _game(path))
+    assert [c.section for c in chunks] == [
+        ("Space Race",),
+        ("Space Race", "Setup"),
+        ("Space Race", "Docking"),
+    ]
+    assert chunks[-1].text == "Dock when you reach a station.\ncode stays"
+
+
+def test_html_headings_blocks_and_dropped_elements(tmp_path: Path) -> None:
+    path = tmp_path / "space.html"
+    path.write_text(
+        "<html><head><title>Space</title><style>p{}</style></head><body>"
+        "<nav>Home | Chat</nav><h1>Space Race</h1><p>Intro &amp; more\n text.</p>"
+        "<h2>Turn</h2><ul><li>Draw a card.</li><li>Move.</li></ul>"
+        "<script>var x = 1;</script><h3>Move</h3><div>Spend one fuel.<br>Then stop.</div>"
+        "</body></html>",
+        encoding="utf-8",
+    )
+    doc = load_document(path, "space-race")
+    assert doc.text.split("\n") == [
+        "# Space Race",
+        "Intro & more text.",
+        "## Turn",
+        "- Draw a card.",
+        "- Move.",
+        "### Move",
+        "Spend one fuel.",
+        "Then stop.",
+    ]
+    sections = {c.section for c in chunk_document(doc, _game(path))}
+    assert ("Space Race", "Turn", "Move") in sections
+
+
+def _write_pdf(path: Path) -> None:
+    """Three pages with headings, a running header and page numbers."""
+    pytest.importorskip("reportlab")
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate
+
+    def furniture(canvas: Any, doc: Any) -> None:
+        canvas.drawString(72, 800, "Space Race Rules v2")
+        canvas.drawString(300, 30, str(doc.page))
+
+    styles = getSampleStyleSheet()
+    body = "Shuffle the deck and deal five cards to each player. " * 6
+    story = [
+        Paragraph("Setup", styles["Heading1"]),
+        Paragraph(body, styles["Normal"]),
+        PageBreak(),
+        Paragraph("Playing the Game", styles["Heading1"]),
+        Paragraph("On your turn draw a card, then move your rocket.", styles["Normal"]),
+        PageBreak(),
+        Paragraph("Docking", styles["Heading2"]),
+        Paragraph("Dock when you reach a station.", styles["Normal"]),
+    ]
+    SimpleDocTemplate(str(path), pagesize=A4).build(
+        story, onFirstPage=furniture, onLaterPages=furniture
+    )
+
+
+def test_pdf_pages_headings_and_wrapped_lines(tmp_path: Path) -> None:
+    path = tmp_path / "space.pdf"
+    _write_pdf(path)
+    doc = load_document(path, "space-race")
+    assert [span.page for span in doc.pages] == [1, 2, 3]
+    assert "Space Race Rules v2" not in doc.text  # running header
+    assert "\n1\n" not in f"\n{doc.text}\n"  # page numbers
+    # Lines the PDF wrapped are one paragraph again.
+    assert ("Shuffle the deck and deal five cards to each player. " * 6).strip() in doc.text
+    chunks = chunk_document(doc, _game(path))
+    assert [(c.section, c.page) for c in chunks] == [
+        (("Space Race", "Setup"), 1),
+        (("Space Race", "Playing the Game"), 2),
+        (("Space Race", "Docking"), 3),
+    ]
+    assert doc.page_at(doc.text.index("Dock when")) == 3
+
+
+# ---------------------------------------------------------------- encodings
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "\ufeffSetup\nShuffle the deck.\n".encode(),
+        "Setup\nShuffle the deck.\n".encode("utf-16"),
+    ],
+    ids=["utf-8 BOM", "utf-16 BOM"],
+)
+def test_byte_order_marks_are_decoded(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "book.txt"
+    path.write_bytes(data)
+    assert load_document(path, "g").text == "Setup\nShuffle the deck."
+
+
+def test_gb18030_chinese_text_is_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "book.txt"
+    path.write_bytes("游戏准备\n将地图板放在桌子中央。\n".encode("gb18030"))
+    assert load_document(path, "g").text == "游戏准备\n将地图板放在桌子中央。"
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(IngestError) as info:
+        load_document(path, "g")
+    return str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "does not exist" in _error(tmp_path / "nope.txt")
+
+
+def test_directory_is_not_a_rulebook(tmp_path: Path) -> None:
+    folder = tmp_path / "book.txt"
+    folder.mkdir()
+    assert "not a file" in _error(folder)
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\n\t\n"], ids=["empty", "blank"])
+def test_empty_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "book.txt"
+    path.write_bytes(content)
+    assert "is empty" in _error(path)
+
+
+def test_file_of_only_chrome(tmp_path: Path) -> None:
+    path = tmp_path / "book.txt"
+    path.write_text("RulesPal\nChat\nRulebook\n\n", encoding="utf-8")
+    assert "no rules text" in _error(path)
+
+
+def test_unknown_extension_lists_supported_ones(tmp_path: Path) -> None:
+    path = tmp_path / "book.docx"
+    path.write_bytes(b"PK\x03\x04")
+    message = _error(path)
+    assert "'.docx'" in message
+    assert all(suffix in message for suffix in SUPPORTED_SUFFIXES)
+
+
+def test_non_utf8_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "book.txt"
+    path.write_bytes(bytes(range(128, 256)) * 4)
+    message = _error(path)
+    assert "not UTF-8" in message and "save it as UTF-8" in message
+
+
+def test_latin1_text_names_its_probable_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "book.txt"
+    path.write_bytes("Café crème: the rules.\n".encode("cp1252"))
+    message = _error(path)
+    assert "WINDOWS-1252" in message and "iconv" in message
+
+
+def test_nul_bytes_without_bom(tmp_path: Path) -> None:
+    path = tmp_path / "book.md"
+    path.write_bytes("Setup".encode("utf-16-le"))
+    assert "NUL bytes" in _error(path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"%PDF-1.4\nthis is not really a pdf\n%%EOF", b"just some text named .pdf"],
+    ids=["damaged", "not a pdf"],
+)
+def test_corrupt_pdf(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "book.pdf"
+    path.write_bytes(content)
+    message = _error(path)
+    assert "Cannot read PDF" in message and "corrupt" in message
+
+
+def test_truncated_pdf(tmp_path: Path) -> None:
+    good = tmp_path / "good.pdf"
+    _write_pdf(good)
+    path = tmp_path / "book.pdf"
+    path.write_bytes(good.read_bytes()[:400])
+    assert "Cannot read PDF" in _error(path)
