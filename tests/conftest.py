@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,10 @@ from rag.generation import ExtractiveGenerator, Generator
 from rag.lang import tokenize
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
-from rag.settings import BUILTIN_CORPUS, Settings
+from rag.settings import BUILTIN_CORPUS, Settings, default_home
+
+# Where scripts/setup.sh put the real models, read before any test moves RULEKEEPER_HOME.
+REAL_MODELS_DIR = Path(os.environ.get("RULEKEEPER_MODELS_DIR") or default_home() / "models")
 
 
 class FakeEmbedder(Embedder):
@@ -74,6 +78,12 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def settings(home: Path) -> Settings:
     return Settings(home=home, corpus_dir=BUILTIN_CORPUS)
+
+
+@pytest.fixture
+def real_settings(settings: Settings) -> Settings:
+    """Test settings (state in tmp_path) that find the real, installed models."""
+    return settings.model_copy(update={"models_dir": REAL_MODELS_DIR})
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""The `rules` command line: a thin front end over rag.pipeline.Pipeline."""

@@ -1,0 +1,58 @@
+"""`rules ask`: one question, answered with cited passages."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from cli.errors import ExitCode
+from cli.options import GameOption, KOption
+from cli.render import print_sources, stream_answer
+from cli.state import get_state
+
+
+def ask(
+    ctx: typer.Context,
+    question: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="QUESTION", help="The question; quotes are optional.", show_default=False
+        ),
+    ],
+    game: GameOption = None,
+    k: KOption = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print exactly one JSON object (the answer, citations, passages, timings) "
+            "and nothing else on stdout.",
+        ),
+    ] = False,
+    fail_on_abstain: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-abstain",
+            help=f"Exit with code {int(ExitCode.ABSTAINED)} when the rulebook does not cover "
+            "the question.",
+        ),
+    ] = False,
+) -> None:
+    """Answer a rules question from the rulebook, citing the passages it used.
+
+    The answer streams as it is written; the cited passages, with their section paths,
+    follow. Example: rules ask "Can I move diagonally?" --game suros
+    """
+    state = get_state(ctx)
+    pipeline = state.indexed_pipeline()
+    text = " ".join(question)
+    if as_json:
+        answer = pipeline.ask(text, game, k)
+        typer.echo(json.dumps(answer.to_json(), ensure_ascii=False))
+    else:
+        answer = stream_answer(state.ui, pipeline.ask_stream(text, game, k))
+        print_sources(state.ui, answer)
+    if answer.abstained and fail_on_abstain:
+        raise typer.Exit(ExitCode.ABSTAINED)

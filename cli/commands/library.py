@@ -1,0 +1,131 @@
+"""The rulebooks: `rules games`, `show`, `add`, `remove` and `index`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from cli.errors import ExitCode
+from cli.render import print_games
+from cli.state import get_state
+from cli.toc import Section, find_sections, outline, table_of_contents
+from cli.ui import Ui
+from rag.errors import IngestError, InputError
+
+
+def games(ctx: typer.Context) -> None:
+    """List the games with their aliases and how many passages each rulebook has."""
+    state = get_state(ctx)
+    print_games(state.ui, state.indexed_pipeline().games())
+
+
+def show(
+    ctx: typer.Context,
+    game: Annotated[str, typer.Argument(help="Game title, slug or alias.")],
+    section: Annotated[
+        str | None,
+        typer.Argument(
+            help="A number from the table of contents, or part of a section's name "
+            "(case-insensitive; 'Setup > Map' narrows by path)."
+        ),
+    ] = None,
+) -> None:
+    """Read a rulebook: its table of contents, or one section's text."""
+    state = get_state(ctx)
+    pipeline = state.indexed_pipeline()
+    info = pipeline.corpus.resolve(game)
+    toc = table_of_contents(pipeline.chunks(info.slug))
+    if section is None:
+        _print_toc(state.ui, f"{info.title}: contents", toc)
+        state.ui.note(f"Read a section with: rules show {info.slug} NUMBER")
+        return
+    found = find_sections(toc, section)
+    if not found:
+        raise InputError(
+            f"No section of {info.title} matches {section!r}: `rules show {info.slug}` lists them."
+        )
+    if len(found) > 1:
+        state.ui.error(f"{section!r} matches {len(found)} sections; give one's number.")
+        _print_toc(state.ui, f"{info.title}: sections matching {section!r}", found)
+        raise typer.Exit(ExitCode.USER_ERROR)
+    _print_section(state.ui, found[0])
+
+
+def _print_toc(ui: Ui, title: str, sections: list[Section]) -> None:
+    """An indented outline in a terminal; number and full section path per line when piped."""
+    if not ui.rich:
+        ui.table(("#", "section"), ((str(s.number), s.title) for s in sections))
+        return
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", style="cyan")
+    grid.add_column()
+    for number, depth, label in outline(sections):
+        indent = "  " * depth
+        if number is None:
+            grid.add_row("", Text(indent + label, style="bold"))
+        else:
+            grid.add_row(str(number), Text(indent + label))
+    ui.print(Text(title, style="bold underline"), grid)
+
+
+def _print_section(ui: Ui, section: Section) -> None:
+    pages = section.pages
+    where = f" (page {', '.join(map(str, pages))})" if pages else ""
+    ui.print(Text(f"{section.number}. {section.title}{where}", style="bold"))
+    ui.print()
+    ui.text(section.text)
+
+
+def add(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="The rulebook: PDF, text or Markdown.")],
+    title: Annotated[str, typer.Option("--title", "-t", help="The game's name.")],
+    alias: Annotated[
+        list[str] | None,
+        typer.Option("--alias", "-a", help="Another name players use for it (repeatable)."),
+    ] = None,
+) -> None:
+    """Add your own rulebook and index it, so questions can be asked about it."""
+    if not file.is_file():
+        raise IngestError(f"{file}: no such file; check the path.")
+    state = get_state(ctx)
+    pipeline = state.pipeline
+    with state.ui.index_progress() as progress:
+        info = pipeline.add_book(file, title, alias or (), progress=progress)
+    chunks = len(pipeline.chunks(info.slug))
+    state.ui.text(f"Added {info.title} as {info.slug} ({chunks} passages).")
+    state.ui.note(f'Ask with: rules ask "..." --game {info.slug}')
+
+
+def remove(
+    ctx: typer.Context,
+    game: Annotated[str, typer.Argument(help="A game you added (title, slug or alias).")],
+) -> None:
+    """Remove a rulebook you added (the built-in ones stay)."""
+    state = get_state(ctx)
+    info = state.pipeline.remove_book(game)
+    state.indexed_pipeline()  # rebuild now, so the next question does not wait for it
+    state.ui.text(f"Removed {info.title} ({info.slug}).")
+
+
+def index(
+    ctx: typer.Context,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Rebuild even if the index looks current.")
+    ] = False,
+) -> None:
+    """Build the search index if the rulebooks or the embedder changed (or if asked to)."""
+    state = get_state(ctx)
+    pipeline = state.pipeline
+    with state.ui.index_progress() as progress:
+        manifest = pipeline.ensure_index(rebuild=rebuild, progress=progress).index.manifest
+    state.ui.text(
+        f"Index at {pipeline.settings.index_dir}: {manifest['chunks']} passages from "
+        f"{len(manifest['games'])} games, embedder {manifest['embedding_model']}, "
+        f"{manifest['index_type']} search, built {manifest['built_at']} "
+        f"in {manifest['build_seconds']} s."
+    )

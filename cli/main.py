@@ -1,0 +1,46 @@
+"""The `rules` command: registers each command from its module (entry point `cli.main:app`).
+
+Other commands (`rules eval`, `rules serve`) plug in here the same way: a function with
+`app.command(...)`, or a sub-app with `app.add_typer(...)`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from cli.commands import ask, chat, library, models, system
+from cli.errors import EXIT_CODES_HELP, RulesGroup
+from cli.state import get_state
+
+app = typer.Typer(
+    name="rules",
+    cls=RulesGroup,
+    help="Rulekeeper: answers board-game rules questions from the rulebook, offline, "
+    "citing the passages it used.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",  # reflows docstring paragraphs; `code` renders as code
+    pretty_exceptions_show_locals=False,  # a bug's traceback must not dump settings or keys
+)
+
+
+@app.callback()
+def main(ctx: typer.Context) -> None:
+    # The state may have been injected (tests); otherwise it is created here, once.
+    get_state(ctx)
+
+
+app.command()(ask.ask)
+app.command()(chat.chat)
+app.command()(library.games)
+app.command()(library.show)
+app.command()(library.add)
+app.command()(library.remove)
+app.command()(library.index)
+app.command()(system.doctor)
+app.command()(system.config)
+app.add_typer(models.app, name="models")
+
+if __name__ == "__main__":
+    app(prog_name="rules")

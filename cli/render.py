@@ -1,0 +1,97 @@
+"""How answers, passages and games look; shared by `rules ask`, `rules chat` and the others."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
+from cli.ui import Ui
+from rag.prompting import shorten
+from rag.types import Answer, StreamEvent
+
+if TYPE_CHECKING:
+    from rag.pipeline import GameSummary
+
+SNIPPET_CHARS = 240
+NEAREST_SHOWN = 3  # an abstention lists this many of the nearest passages
+
+
+def _answer_text(text: str) -> Text:
+    styled = Text(text)
+    styled.highlight_regex(r"\[\d+\]", "bold cyan")
+    return styled
+
+
+def stream_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
+    """Show the answer's tokens as they come, then settle on the final answer.
+
+    The final answer is authoritative (assembly may repair markers or turn the LLM's
+    "not in the rulebook" reply into an abstention), so the terminal view is replaced by it,
+    and a pipe, which cannot be redrawn, only ever gets the final text.
+    """
+    try:
+        return _show_answer(ui, events)
+    finally:
+        if isinstance(events, Generator):
+            events.close()  # an interrupted answer stops generating (and frees the LLM) now
+
+
+def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
+    answer: Answer | None = None
+    if ui.rich:
+        streamed = ""
+        with Live(Spinner("dots", "Looking it up…"), console=ui.out, refresh_per_second=12) as live:
+            for event in events:
+                if event.kind == "token":
+                    streamed += event.text
+                    live.update(_answer_text(streamed), refresh=True)  # each token, at once
+                else:
+                    answer = event.answer
+            assert answer is not None  # ask_stream always ends with the answer
+            live.update(_answer_text(answer.answer))
+        return answer
+    for event in events:
+        answer = event.answer or answer
+    assert answer is not None
+    ui.text(answer.answer)
+    return answer
+
+
+def print_sources(ui: Ui, answer: Answer) -> None:
+    """The cited passages (or, for an abstention, the nearest ones) and who answered."""
+    ui.print()
+    if answer.citations:
+        ui.text(f"Sources ({answer.game})", style="bold")
+        for citation in answer.citations:
+            _print_passage(ui, f"[{citation.n}]", citation.section, citation.text)
+    elif answer.passages:
+        ui.text(f"Nearest passages ({answer.game})", style="bold")
+        for hit in answer.passages[:NEAREST_SHOWN]:
+            _print_passage(ui, f"#{hit.rank}", hit.chunk.section_path, hit.chunk.text)
+    ui.text(f"Answered by {answer.backend} in {answer.timings.total_s:.2f} s.", style="dim")
+
+
+def _print_passage(ui: Ui, label: str, section: str, text: str) -> None:
+    ui.print(Text.assemble((label, "bold cyan"), " ", (section, "bold")))
+    ui.indented(shorten(" ".join(text.split()), SNIPPET_CHARS), style="dim")
+
+
+def print_games(ui: Ui, games: Sequence[GameSummary]) -> None:
+    ui.table(
+        ("slug", "title", "aliases", "chunks", "source"),
+        (
+            (
+                s.game.slug,
+                s.game.title,
+                ", ".join(s.game.aliases),
+                str(s.chunks),
+                "built-in" if s.game.builtin else "added",
+            )
+            for s in games
+        ),
+        title="Games",
+    )

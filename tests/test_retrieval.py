@@ -1,0 +1,118 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FakeEmbedder
+
+from rag.errors import GameNotFoundError, IndexError_, InputError
+from rag.index import IndexStore, build_faiss
+from rag.pipeline import Pipeline
+from rag.retrieval import rrf
+from rag.settings import Settings
+
+
+def test_rrf_fuses_ranks_not_scores() -> None:
+    dense = [(1, 0.9), (2, 0.8), (3, 0.1)]
+    lexical = [(3, 12.0), (1, 3.0)]
+    fused = rrf([dense, lexical], k=60)
+    # 1: 1/61 + 1/62; 3: 1/63 + 1/61; 2: 1/62
+    assert [p for p, _ in fused] == [1, 3, 2]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_index_is_built_once_then_loaded(pipeline: Pipeline, settings: Settings) -> None:
+    first = pipeline.ensure_index()
+    manifest = IndexStore(settings.index_dir).read_manifest()
+    assert manifest is not None
+    assert manifest["embedding_model"] == "fake-hash-embedder"
+    assert manifest["chunks"] == len(first.index.chunks)
+    assert manifest["index_type"] == "flat"
+    built_at = (settings.index_dir / "manifest.json").stat().st_mtime_ns
+    again = Pipeline(settings, embedder=FakeEmbedder()).ensure_index()
+    assert (settings.index_dir / "manifest.json").stat().st_mtime_ns == built_at
+    assert [c.id for c in again.index.chunks] == [c.id for c in first.index.chunks]
+
+
+def test_index_rebuilds_when_corpus_or_embedder_changes(
+    settings: Settings, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus"
+    (corpus / "g").mkdir(parents=True)
+    (corpus / "g" / "manifest.toml").write_text(
+        'title = "G"\nslug = "g"\nlanguage = "en"\nfile = "r.txt"\n'
+    )
+    rulebook = corpus / "g" / "r.txt"
+    rulebook.write_text("Setup\nShuffle the deck and deal five cards.\n")
+    local = settings.model_copy(update={"corpus_dir": corpus})
+    store = IndexStore(local.index_dir)
+    pipe = Pipeline(local, embedder=FakeEmbedder())
+    assert store.is_current(pipe.corpus, local, "fake-hash-embedder") is False
+    pipe.ensure_index()
+    assert store.is_current(pipe.corpus, local, "fake-hash-embedder")
+    assert store.is_current(pipe.corpus, local, "another-embedder") is False
+    rulebook.write_text("Setup\nShuffle the deck and deal six cards.\n")
+    fresh = Pipeline(local, embedder=FakeEmbedder())
+    assert store.is_current(fresh.corpus, local, "fake-hash-embedder") is False
+    assert "six cards" in fresh.ensure_index().index.chunks[0].text
+
+
+def test_corrupt_index_is_a_clear_error(pipeline: Pipeline, settings: Settings) -> None:
+    pipeline.ensure_index()
+    (settings.index_dir / "vectors.faiss").write_bytes(b"garbage")
+    with pytest.raises(IndexError_, match="rules index --rebuild"):
+        IndexStore(settings.index_dir).load()
+    rebuilt = Pipeline(settings, embedder=FakeEmbedder()).ensure_index(rebuild=True)
+    assert len(rebuilt.index.chunks) > 100
+
+
+def test_hnsw_past_the_threshold() -> None:
+    vectors = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    _, small = build_faiss(vectors, hnsw_threshold=100)
+    index, large = build_faiss(vectors, hnsw_threshold=10)
+    assert (small, large) == ("flat", "hnsw")
+    _, ids = index.search(vectors[:1], 1)
+    assert ids[0][0] == 0
+
+
+def test_search_is_scoped_to_one_game(pipeline: Pipeline) -> None:
+    for slug in ("suros", "deck52-final-bus"):
+        _, hits = pipeline.retrieve("how do I move?", slug, k=8)
+        assert hits and all(h.chunk.game == slug for h in hits)
+
+
+def test_glossary_term_in_question_finds_its_entry(pipeline: Pipeline) -> None:
+    _, hits = pipeline.retrieve("what does Docile do?", "Maximum Apocalypse", k=5)
+    assert ("glossary", "Docile") in [(h.chunk.kind, h.chunk.section[-1]) for h in hits]
+
+
+def test_stealth_question_finds_the_stealth_rule(pipeline: Pipeline) -> None:
+    _, hits = pipeline.retrieve("when can't I do a stealth test?", "maximum-apocalypse", k=5)
+    assert any("Roll the two Spawn dice" in h.chunk.text for h in hits)
+
+
+def test_unknown_or_missing_game_is_not_guessed(pipeline: Pipeline) -> None:
+    with pytest.raises(GameNotFoundError) as err:
+        pipeline.retrieve("when can't I do a stealth test?")
+    assert "maximum-apocalypse" in err.value.choices
+    with pytest.raises(GameNotFoundError):
+        pipeline.retrieve("how do I win?", "Maximum")  # both Maximum games
+    _, hits = pipeline.retrieve("末日启示录里怎么潜行？")
+    assert hits[0].chunk.game == "maximum-apocalypse"
+
+
+def test_empty_question_is_rejected(pipeline: Pipeline) -> None:
+    with pytest.raises(InputError, match="empty"):
+        pipeline.retrieve("   ", "suros")
+
+
+@pytest.mark.real_models
+def test_chinese_question_retrieves_english_passage_with_real_embedder(
+    real_settings: Settings,
+) -> None:
+    pipe = Pipeline(real_settings)  # the default embedder, EmbeddingGemma
+    _, hits = pipe.retrieve("什么时候不能进行潜行判定？", "末日启示录", k=5)
+    assert any("Roll the two Spawn dice" in h.chunk.text for h in hits[:5])
+    _, hits = pipe.retrieve("苏罗斯里闪避怎么用？", None, k=5)
+    assert hits[0].chunk.game == "suros"
+    assert any(h.chunk.section[-1] == "DODGE" for h in hits)
