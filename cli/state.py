@@ -12,40 +12,17 @@ from typing import TYPE_CHECKING
 import typer
 
 from cli.ui import Ui
-from rag.errors import RulekeeperError
 
 if TYPE_CHECKING:  # the pipeline pulls in numpy and FAISS: `rules --help` should not wait
-    from pydantic import ValidationError
-
     from rag.pipeline import Pipeline
 
 
 def build_pipeline() -> Pipeline:
     """The pipeline from defaults, the config file and RULEKEEPER_* variables."""
-    from pydantic import ValidationError
-
     from rag.pipeline import Pipeline
     from rag.settings import load_settings
 
-    try:
-        settings = load_settings()
-    except ValidationError as exc:
-        raise RulekeeperError(settings_error(exc)) from exc
-    return Pipeline(settings)
-
-
-def settings_error(exc: ValidationError) -> str:
-    """One line naming the bad setting and both places it can come from."""
-    from rag.settings import config_path
-
-    first = exc.errors()[0]
-    dotted = ".".join(str(part) for part in first["loc"])
-    env = "RULEKEEPER_" + "__".join(str(part) for part in first["loc"]).upper()
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return (
-        f"Invalid setting {dotted} = {first.get('input')!r}: {first['msg']}{more}. "
-        f"Fix {env} or {config_path()}; `rules config` shows the settings."
-    )
+    return Pipeline(load_settings())
 
 
 @dataclass

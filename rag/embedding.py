@@ -71,6 +71,7 @@ class SentenceTransformerEmbedder(Embedder):
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:  # pragma: no cover - a dependency of the project
                     raise ModelError("Install sentence-transformers: pip install -e .") from exc
+                _quiet_transformers()
                 try:
                     self._model = SentenceTransformer(self._location, device="cpu")
                 except Exception as exc:
@@ -82,14 +83,28 @@ class SentenceTransformerEmbedder(Embedder):
 
     @property
     def dimension(self) -> int:
-        dim = self._load().get_sentence_embedding_dimension()
-        return int(dim)
+        model = self._load()
+        # Renamed in sentence-transformers 6; keep working with older releases.
+        get = getattr(model, "get_embedding_dimension", None) or (
+            model.get_sentence_embedding_dimension
+        )
+        return int(get())
 
     def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         model = self._load()
         # Models such as EmbeddingGemma and E5 use different prompts for queries and passages.
         encode = getattr(model, "encode_query" if query else "encode_document", model.encode)
         return np.asarray(encode(texts, batch_size=len(texts), show_progress_bar=False))
+
+
+def _quiet_transformers() -> None:
+    """No "Loading weights" progress bar on every CLI call: it is noise at the table."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - installed with sentence-transformers
+        return
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 def make_embedder(name: str, models_dir: Path) -> Embedder:

@@ -13,13 +13,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from rag.errors import RulekeeperError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_CORPUS = PROJECT_ROOT / "corpus"
@@ -135,13 +137,26 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build settings; raises a clear error when the config file is not valid TOML."""
+    """Build settings; a bad config file or value is a RulekeeperError naming where to fix it."""
     path = config_path()
     if path.exists():
         try:
             tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            from rag.errors import RulekeeperError
-
             raise RulekeeperError(f"Config file {path} is not valid TOML: {exc}") from exc
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise RulekeeperError(_describe(exc, path)) from exc
+
+
+def _describe(exc: ValidationError, path: Path) -> str:
+    """One line naming the bad setting and both places it can come from."""
+    first = exc.errors()[0]
+    dotted = ".".join(str(part) for part in first["loc"])
+    env = "RULEKEEPER_" + "__".join(str(part) for part in first["loc"]).upper()
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return (
+        f"Invalid setting {dotted} = {first.get('input')!r}: {first['msg']}{more}. "
+        f"Fix {env} or {path}; `rules config` shows the settings."
+    )

@@ -47,3 +47,6 @@ def test_invalid_value_is_rejected(home: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("RULEKEEPER_RETRIEVAL__MODE", "psychic")
     with pytest.raises(ValueError, match="mode"):
         Settings()
+    wanted = r"Invalid setting retrieval\.mode = 'psychic'.*RULEKEEPER_RETRIEVAL__MODE"
+    with pytest.raises(RulekeeperError, match=wanted):
+        load_settings()

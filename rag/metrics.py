@@ -1,0 +1,237 @@
+"""Evaluation metrics over gold items and `ask` answers: pure functions, no models.
+
+The definitions follow shared/eval-format.md. Empty denominators are reported as None
+(JSON null), never 0: hit@k of a group without answerable items, or citation precision
+when nothing was cited, was not measured, and a 0 would read as "everything failed".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rag.lang import detect_lang
+from rag.prompting import phrases
+from rag.types import Lang
+
+LANGS: tuple[Lang, ...] = ("en", "zh")
+
+# Citation markers ([1], [1, 2], 【1】, [passage 1]) are not prose in either language.
+_MARKER = re.compile(r"[\[【]\s*(?:passage\s*)?\d+(?:\s*[,，、]\s*\d+)*\s*[\]】]", re.I)
+# Quoted rulebook text keeps the rulebook's language whatever the answer's language is.
+_QUOTED = re.compile(r"“[^”]*”|「[^」]*」|『[^』]*』|\"[^\"\n]*\"|^[ \t]*>.*$", re.M)
+
+
+# --- matching ---------------------------------------------------------------------------
+
+
+def normalise(text: str) -> str:
+    """Whitespace collapsed and case-folded, so line breaks and capitals never decide a match."""
+    return " ".join(text.split()).casefold()
+
+
+def contains_any(text: str, needles: Iterable[str]) -> bool:
+    """Whether the text contains any needle (both normalised).
+
+    An empty needle would be found in every text, so it never counts as found.
+    """
+    haystack = normalise(text)
+    return any(needle and needle in haystack for needle in map(normalise, needles))
+
+
+def first_hit_rank(passages: Sequence[str], evidence: Sequence[str]) -> int | None:
+    """1-based rank of the first passage holding an evidence string; None when none does."""
+    return next(
+        (rank for rank, text in enumerate(passages, start=1) if contains_any(text, evidence)),
+        None,
+    )
+
+
+def hit_at(rank: int | None, k: int) -> bool:
+    return rank is not None and rank <= k
+
+
+def reciprocal_rank(rank: int | None) -> float:
+    return 0.0 if rank is None else 1.0 / rank
+
+
+def facts_covered(answer: str, key_facts: Sequence[Sequence[str]]) -> tuple[bool, ...]:
+    """Per key fact: does the answer state it in any of its alternative wordings?"""
+    return tuple(contains_any(answer, alternatives) for alternatives in key_facts)
+
+
+def abstention_correct(abstained: bool, answerable: bool) -> bool:
+    return abstained == (not answerable)
+
+
+def supported_citations(citation_texts: Iterable[str], evidence: Sequence[str]) -> int:
+    """How many cited passages hold an evidence string."""
+    return sum(contains_any(text, evidence) for text in citation_texts)
+
+
+# --- language ---------------------------------------------------------------------------
+
+
+def _prose(text: str) -> str:
+    """The text the answerer wrote itself: no markers, quotations or the fixed reminder.
+
+    Answer assembly appends the reminder in the question's language to every answer, so
+    leaving it in would make an English reply to a Chinese question look half Chinese.
+    """
+    for lang in LANGS:
+        text = text.replace(phrases(lang)["reminder"], " ")
+    return _QUOTED.sub(" ", _MARKER.sub(" ", text))
+
+
+def answer_language(text: str) -> Lang:
+    """The language the answer is written in, judged as questions are (detect_lang), on its
+    prose alone: an answer in Chinese that quotes English rules is still Chinese.
+
+    Text without letters (empty, only markers or digits) is "en": it is not Chinese.
+    """
+    return detect_lang(_prose(text))
+
+
+# --- aggregation ------------------------------------------------------------------------
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return None if denominator == 0 else numerator / denominator
+
+
+def share(flags: Sequence[bool]) -> float | None:
+    return ratio(sum(flags), len(flags))
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return ratio(sum(values), len(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100), interpolating linearly between the nearest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    """One gold item's outcome, the aggregation's only input.
+
+    The defaults describe a failed item (no answer): no hit, no fact covered, a wrong
+    abstention and a wrong language, so a failure counts against every rate it is part of.
+    """
+
+    lang: Lang
+    game: str  # the resolved slug, or the runner's placeholder when resolution failed
+    type: str
+    answerable: bool
+    first_hit: int | None = None
+    facts: tuple[bool, ...] = ()
+    abstained_ok: bool = False
+    citations: int = 0
+    supported: int = 0  # citations whose passage holds evidence
+    answer_lang: Lang | None = None
+    latency_s: float | None = None  # None when no answer was produced
+    error: str | None = None
+
+    @property
+    def fact_recall(self) -> float | None:
+        """None for an item without key facts: it has nothing to cover."""
+        return share(self.facts)
+
+    @property
+    def lang_ok(self) -> bool:
+        return self.answer_lang == self.lang
+
+    def to_json(self, ks: Sequence[int]) -> dict[str, Any]:
+        """Per-item metrics; retrieval ones are None for unanswerable items (not measured)."""
+        retrieval: dict[str, Any] = {
+            f"hit@{k}": hit_at(self.first_hit, k) if self.answerable else None
+            for k in sorted(set(ks))
+        }
+        return {
+            "game": self.game,
+            "first_hit_rank": self.first_hit,
+            **retrieval,
+            "reciprocal_rank": reciprocal_rank(self.first_hit) if self.answerable else None,
+            "key_facts_covered": list(self.facts),
+            "key_fact_recall": self.fact_recall,
+            "abstention_correct": self.abstained_ok,
+            "citations": self.citations,
+            "citations_supported": self.supported,
+            "answer_lang": self.answer_lang,
+            "language_match": self.lang_ok,
+            "latency_s": self.latency_s,
+            "error": self.error,
+        }
+
+
+def _rounded(values: dict[str, float | None]) -> dict[str, float | None]:
+    return {key: None if v is None else round(v, 4) for key, v in values.items()}
+
+
+def summarise(scores: Sequence[ItemScore], ks: Sequence[int] = (1, 5)) -> dict[str, Any]:
+    """n, errors, retrieval, answer and latency figures of one group of items.
+
+    Retrieval, key-fact recall and citation precision are over answerable items only;
+    abstention accuracy and language match over all items; latency over items answered.
+    """
+    answerable = [s for s in scores if s.answerable]
+    retrieval = {
+        f"hit@{k}": share([hit_at(s.first_hit, k) for s in answerable]) for k in sorted(set(ks))
+    }
+    retrieval["mrr"] = mean([reciprocal_rank(s.first_hit) for s in answerable])
+    recalls = [s.fact_recall for s in answerable]
+    answer = {
+        "key_fact_recall": mean([r for r in recalls if r is not None]),
+        "abstention_accuracy": share([s.abstained_ok for s in scores]),
+        "citation_precision": ratio(
+            sum(s.supported for s in answerable), sum(s.citations for s in answerable)
+        ),
+        "language_match": share([s.lang_ok for s in scores]),
+    }
+    latencies = [s.latency_s for s in scores if s.latency_s is not None]
+    latency = {"p50_s": percentile(latencies, 50), "p95_s": percentile(latencies, 95)}
+    return {
+        "n": len(scores),
+        "errors": sum(s.error is not None for s in scores),
+        "retrieval": _rounded(retrieval),
+        "answer": _rounded(answer),
+        "latency": _rounded(latency),
+    }
+
+
+def _grouped(
+    scores: Sequence[ItemScore],
+    key: Callable[[ItemScore], str],
+    ks: Sequence[int],
+    always: Sequence[str] = (),
+) -> dict[str, dict[str, Any]]:
+    """summarise() per group; groups in `always` appear even when empty (with nulls)."""
+    groups: dict[str, list[ItemScore]] = {name: [] for name in always}
+    for score in scores:
+        groups.setdefault(key(score), []).append(score)
+    ordered = [*always, *sorted(set(groups) - set(always))]
+    return {name: summarise(groups[name], ks) for name in ordered}
+
+
+def build_report(scores: Sequence[ItemScore], ks: Sequence[int] = (1, 5)) -> dict[str, Any]:
+    """The `rules eval --json` report: overall figures plus by_lang, by_game and by_type.
+
+    by_lang always holds "en" and "zh", so readers can index it without checking.
+    """
+    ks = [1, 5, *ks]  # the contract's hit@1 and hit@5 whatever else is asked for
+    return {
+        **summarise(scores, ks),
+        "by_lang": _grouped(scores, lambda s: s.lang, ks, always=LANGS),
+        "by_game": _grouped(scores, lambda s: s.game, ks),
+        "by_type": _grouped(scores, lambda s: s.type, ks),
+    }
