@@ -1,16 +1,16 @@
 """The `rules` command: registers each command from its module (entry point `cli.main:app`).
 
-Other commands (`rules eval`, `rules serve`) plug in here the same way: a function with
-`app.command(...)`, or a sub-app with `app.add_typer(...)`.
+`rules eval` lives with the eval harness (eval/command.py) and registers itself here.
 """
 
 from __future__ import annotations
 
 import typer
 
-from cli.commands import ask, chat, library, models, system
+from cli.commands import ask, chat, library, models, serve, system
 from cli.errors import EXIT_CODES_HELP, RulesGroup
 from cli.state import get_state
+from eval.command import register as register_eval
 
 app = typer.Typer(
     name="rules",
@@ -41,6 +41,8 @@ app.command()(library.index)
 app.command()(system.doctor)
 app.command()(system.config)
 app.add_typer(models.app, name="models")
+app.command()(serve.serve)
+register_eval(app)
 
 if __name__ == "__main__":
     app(prog_name="rules")
