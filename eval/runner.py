@@ -1,0 +1,365 @@
+"""Run a gold Q&A file through the pipeline and score it (`rules eval`).
+
+Any JSONL file in the format of shared/eval-format.md runs, not only the project's gold set.
+Each item is asked through `Pipeline.ask`; an item the pipeline refuses (its game cannot be
+resolved, its question is unusable) is scored as a failure and recorded with its error,
+while a broken setup (missing model, corrupt index) stops the run with its own error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+from rag.errors import GameNotFoundError, InputError
+from rag.metrics import (
+    ItemScore,
+    abstention_correct,
+    answer_language,
+    build_report,
+    facts_covered,
+    first_hit_rank,
+    supported_citations,
+)
+from rag.pipeline import Pipeline
+from rag.types import Answer, Lang
+
+ITEMS_FILE = "items.jsonl"
+REPORT_FILE = "report.json"
+RETRIEVAL_DEPTH = 5  # hit@5 needs the top five passages whatever k the answer uses
+UNRESOLVED = "(unresolved)"  # by_game key of items whose game could not be resolved
+
+GOLD_FIELDS = (
+    "id", "game", "question", "lang", "answerable", "evidence", "answer", "key_facts", "type",
+)  # fmt: skip
+GOLD_TYPES = (
+    "lookup", "procedure", "condition", "exception", "multi_hop", "definition", "unanswerable",
+)  # fmt: skip
+
+
+# --- the gold file ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GoldItem:
+    id: str
+    game: str | None
+    question: str
+    lang: Lang
+    answerable: bool
+    evidence: tuple[str, ...]
+    answer: str
+    key_facts: tuple[tuple[str, ...], ...]
+    type: str
+    raw: dict[str, Any]  # the line as written, extra fields included, echoed into items.jsonl
+
+
+def _text(data: dict[str, Any], name: str, *, allow_empty: bool = False) -> str:
+    value = data[name]
+    if not isinstance(value, str) or not (allow_empty or value.strip()):
+        raise ValueError(f"{name!r} must be a non-empty string")
+    return value
+
+
+def _texts(value: Any, name: str) -> tuple[str, ...]:
+    """A list of non-empty strings: an empty one would match every passage or answer."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"{name!r} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _choice(data: dict[str, Any], name: str, choices: Sequence[str]) -> str:
+    value = data[name]
+    if value not in choices:
+        raise ValueError(f"{name!r} must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
+
+
+def parse_item(data: Any) -> GoldItem:
+    """One gold line, checked field by field; raises ValueError saying what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("each line must be a JSON object")
+    missing = [name for name in GOLD_FIELDS if name not in data]
+    if missing:
+        raise ValueError(f"missing field(s): {', '.join(missing)}")
+    if not isinstance(data["answerable"], bool):
+        raise ValueError("'answerable' must be true or false")
+    if data["game"] is not None:
+        _text(data, "game")
+    evidence = _texts(data["evidence"], "evidence")
+    if data["answerable"] and not evidence:
+        raise ValueError("an answerable item needs at least one evidence string")
+    if not isinstance(data["key_facts"], list):
+        raise ValueError("'key_facts' must be a list of lists of strings")
+    key_facts = tuple(_texts(fact, "key_facts[]") for fact in data["key_facts"])
+    if not all(key_facts):
+        raise ValueError("each key fact needs at least one wording")
+    return GoldItem(
+        id=_text(data, "id"),
+        game=data["game"],
+        question=_text(data, "question"),
+        lang="zh" if _choice(data, "lang", ("en", "zh")) == "zh" else "en",
+        answerable=data["answerable"],
+        evidence=evidence,
+        answer=_text(data, "answer", allow_empty=True),
+        key_facts=key_facts,
+        type=_choice(data, "type", GOLD_TYPES),
+        raw=data,
+    )
+
+
+def load_gold(path: Path) -> list[GoldItem]:
+    """Every item of a gold JSONL file; blank lines are skipped, a bad line names its number."""
+    try:
+        # utf-8-sig: files saved by Windows editors start with a byte-order mark.
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except FileNotFoundError as exc:
+        raise InputError(f"Gold file {path} not found.") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"Cannot read gold file {path}: {exc}") from exc
+    items: list[GoldItem] = []
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = parse_item(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from exc
+        except ValueError as exc:
+            raise InputError(f"{path}:{number}: {exc}.") from exc
+        if item.id in first_line:
+            raise InputError(
+                f"{path}:{number}: duplicate id {item.id!r} (first on line {first_line[item.id]})."
+            )
+        first_line[item.id] = number
+        items.append(item)
+    if not items:
+        raise InputError(f"Gold file {path} holds no items.")
+    return items
+
+
+def _item_slug(pipeline: Pipeline, item: GoldItem) -> str | None:
+    try:
+        return pipeline.resolve_game(item.game, item.question).slug
+    except GameNotFoundError:
+        return None
+
+
+def select_items(
+    pipeline: Pipeline,
+    items: Sequence[GoldItem],
+    game: str | None = None,
+    limit: int | None = None,
+) -> list[GoldItem]:
+    """The items about one game (named as players do: title, slug or alias), then the first N."""
+    if game is not None:
+        slug = pipeline.corpus.resolve(game).slug  # an unknown game is the user's error
+        items = [item for item in items if _item_slug(pipeline, item) == slug]
+    return list(items[:limit] if limit is not None else items)
+
+
+# --- running ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    item: GoldItem
+    score: ItemScore
+    answer: dict[str, Any] | None  # the `rules ask --json` object; None when the item failed
+
+    def to_json(self, ks: Sequence[int]) -> dict[str, Any]:
+        return {"gold": self.item.raw, "ask": self.answer, "metrics": self.score.to_json(ks)}
+
+
+Progress = Callable[[ItemResult, int, int], None]  # (result, done, total)
+
+
+def _failure(item: GoldItem, game: str, error: Exception) -> ItemResult:
+    score = ItemScore(
+        lang=item.lang,
+        game=game,
+        type=item.type,
+        answerable=item.answerable,
+        facts=(False,) * len(item.key_facts),
+        error=f"{type(error).__name__}: {error}",
+    )
+    return ItemResult(item, score, None)
+
+
+def _ranked_texts(pipeline: Pipeline, item: GoldItem, answer: Answer, k: int) -> list[str]:
+    """Passage texts, best first, at least RETRIEVAL_DEPTH deep when the game has that many.
+
+    Below that depth the passages are fetched again rather than asking with a larger k,
+    which would put more passages in the prompt and change the answer being measured.
+    """
+    hits = answer.passages
+    if k < RETRIEVAL_DEPTH:
+        _, hits = pipeline.retrieve(item.question, answer.game, RETRIEVAL_DEPTH)
+    return [hit.chunk.text for hit in hits]
+
+
+def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: float) -> ItemScore:
+    return ItemScore(
+        lang=item.lang,
+        game=answer.game or UNRESOLVED,
+        type=item.type,
+        answerable=item.answerable,
+        first_hit=first_hit_rank(ranked, item.evidence),
+        facts=facts_covered(answer.answer, item.key_facts),
+        abstained_ok=abstention_correct(answer.abstained, item.answerable),
+        citations=len(answer.citations),
+        supported=supported_citations((c.text for c in answer.citations), item.evidence),
+        answer_lang=answer_language(answer.answer),
+        latency_s=round(latency_s, 4),
+    )
+
+
+def evaluate_item(pipeline: Pipeline, item: GoldItem, k: int) -> ItemResult:
+    """Ask one gold question and score the answer; refusals become failure results."""
+    try:
+        slug = pipeline.resolve_game(item.game, item.question).slug
+    except GameNotFoundError as exc:
+        return _failure(item, UNRESOLVED, exc)
+    started = time.perf_counter()
+    try:
+        answer = pipeline.ask(item.question, slug, k)
+    except InputError as exc:
+        return _failure(item, slug, exc)
+    latency_s = time.perf_counter() - started
+    ranked = _ranked_texts(pipeline, item, answer, k)
+    return ItemResult(item, _score(item, answer, ranked, latency_s), answer.to_json())
+
+
+def _open_items(out_dir: Path | None) -> AbstractContextManager[IO[str] | None]:
+    if out_dir is None:
+        return nullcontext()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return (out_dir / ITEMS_FILE).open("w", encoding="utf-8")
+
+
+def _settings_summary(pipeline: Pipeline) -> dict[str, Any]:
+    """The settings a comparison varies, so a saved report says what produced it."""
+    s = pipeline.settings
+    return {
+        "embedding.model": s.embedding.model,
+        "retrieval.mode": s.retrieval.mode,
+        "retrieval.rerank": s.retrieval.rerank,
+        "generation.backend": s.generation.backend,
+        "generation.model": s.generation.model,
+    }
+
+
+def run_eval(
+    pipeline: Pipeline,
+    items: Sequence[GoldItem],
+    *,
+    k: int | None = None,
+    out_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Ask every item, score it and return the report (the `rules eval --json` object).
+
+    With out_dir, each item's line goes to items.jsonl as soon as it is scored (an
+    interrupted run keeps what it did), and the report to report.json at the end.
+    k defaults to the settings' retrieval.k.
+    """
+    k = k or pipeline.settings.retrieval.k
+    ks = (1, RETRIEVAL_DEPTH, k)
+    pipeline.ensure_index()  # loaded (or built) here, not timed as the first item's latency
+    results: list[ItemResult] = []
+    with _open_items(out_dir) as sink:
+        for done, item in enumerate(items, start=1):
+            result = evaluate_item(pipeline, item, k)
+            results.append(result)
+            if sink is not None:
+                sink.write(json.dumps(result.to_json(ks), ensure_ascii=False) + "\n")
+                sink.flush()
+            if progress is not None:
+                progress(result, done, len(items))
+    report = {
+        **build_report([r.score for r in results], ks),
+        "k": k,
+        "backend": pipeline.generator.name,
+        "settings": _settings_summary(pipeline),
+    }
+    if out_dir is not None:
+        text = json.dumps(report, indent=2, ensure_ascii=False)
+        (out_dir / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
+    return report
+
+
+# --- the terminal table -----------------------------------------------------------------
+
+
+class Column(NamedTuple):
+    """One figure of a report summary, as the terminal table and the compare report show it."""
+
+    header: str
+    section: str
+    key: str
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.section == "latency"
+
+    def value(self, summary: dict[str, Any]) -> float | None:
+        value = summary[self.section][self.key]
+        return None if value is None else float(value)
+
+
+COLUMNS = (
+    Column("hit@1", "retrieval", "hit@1"),
+    Column("hit@5", "retrieval", "hit@5"),
+    Column("mrr", "retrieval", "mrr"),
+    Column("facts", "answer", "key_fact_recall"),
+    Column("abstain", "answer", "abstention_accuracy"),
+    Column("cite", "answer", "citation_precision"),
+    Column("lang", "answer", "language_match"),
+    Column("p50 s", "latency", "p50_s"),
+    Column("p95 s", "latency", "p95_s"),
+)
+LEGEND = (
+    "facts = key-fact recall, abstain = abstention accuracy, cite = citation precision, "
+    "lang = language match; - = nothing to measure in that group"
+)
+
+
+def format_value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def format_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Aligned plain text: one row per (label, summary), one column per figure."""
+    header = ["", "n", "failed", *(c.header for c in COLUMNS)]
+    body = [
+        [label, str(s["n"]), str(s["errors"]), *(format_value(c.value(s)) for c in COLUMNS)]
+        for label, s in rows
+    ]
+    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in (header, *body)
+    ]
+    return "\n".join(lines)
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The report for a terminal: overall, then per language, game and question type."""
+    rows: list[tuple[str, dict[str, Any]]] = [("all", report)]
+    for group in ("by_lang", "by_game", "by_type"):
+        prefix = group.removeprefix("by_")
+        rows += [(f"{prefix}: {name}", summary) for name, summary in report[group].items()]
+    title = (
+        f"{report['n']} items ({report['errors']} failed), k = {report['k']}, "
+        f"answered by {report['backend']}"
+    )
+    return f"{title}\n\n{format_table(rows)}\n\n{LEGEND}"

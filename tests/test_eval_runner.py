@@ -1,0 +1,564 @@
+"""The eval harness end to end over the real corpus with conftest's fakes (milliseconds each):
+gold loading, the runner and its files, `rules eval` through CliRunner, and --compare."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from conftest import FakeEmbedder, ScriptedGenerator
+from typer.testing import CliRunner, Result
+
+from eval.command import register
+from eval.compare import (
+    CHART_FILE,
+    MARKDOWN_FILE,
+    Config,
+    ConfigRun,
+    SharedModels,
+    apply_overrides,
+    load_configs,
+    render_markdown,
+    run_compare,
+)
+from eval.runner import (
+    ITEMS_FILE,
+    REPORT_FILE,
+    UNRESOLVED,
+    ItemResult,
+    load_gold,
+    render_table,
+    run_eval,
+    select_items,
+)
+from rag.errors import InputError, ModelError
+from rag.generation import Generator
+from rag.metrics import ItemScore, build_report
+from rag.pipeline import Pipeline
+from rag.prompting import NOT_COVERED_SENTINEL, Prompt
+from rag.settings import Settings
+
+EN_Q = "How much AP does a player gain at the beginning of each turn?"
+ZH_Q = "苏罗斯里每个玩家回合开始时获得多少 AP？"
+LOOT_Q = "In DECK 52, how many LOOT cards do you draw to the hero's Inventory at setup?"
+ONLINE_Q = "Can I play this game online with friends?"
+AP_EVIDENCE = "At the beginning of a player turn after their first, gain 3 AP."
+AP_FACTS = [["3 AP", "3AP"], ["first", "第一"]]
+
+GOLD: list[dict[str, Any]] = [
+    {
+        "id": "suros-ap-en", "game": "Suros", "question": EN_Q, "lang": "en",
+        "answerable": True, "evidence": [AP_EVIDENCE],
+        "answer": "3 AP, except on your first turn.", "key_facts": AP_FACTS,
+        "type": "lookup", "note": "extra fields are kept",
+    },
+    {
+        "id": "suros-ap-zh", "game": "苏罗斯", "question": ZH_Q, "lang": "zh",
+        "answerable": True, "evidence": [AP_EVIDENCE],
+        "answer": "3AP，第一回合除外。", "key_facts": AP_FACTS,
+        "type": "lookup",
+    },
+    {  # game: null, the question names it
+        "id": "deck52-loot", "game": None, "question": LOOT_Q, "lang": "en",
+        "answerable": True, "evidence": ["Draw 2 LOOT cards to hero's Inventory."],
+        "answer": "Two.", "key_facts": [["2", "two", "两"]], "type": "procedure",
+    },
+    {
+        "id": "deck52-online", "game": "deck 52", "question": ONLINE_Q, "lang": "en",
+        "answerable": False, "evidence": [], "answer": "The rulebook does not say.",
+        "key_facts": [], "type": "unanswerable",
+    },
+    {  # not in the corpus: a failure item, not a crash
+        "id": "catan-robber", "game": "Catan", "question": "Where does the robber start?",
+        "lang": "en", "answerable": True, "evidence": ["desert"], "answer": "The desert.",
+        "key_facts": [["desert"]], "type": "lookup",
+    },
+    {  # game: null and the question names none: a failure item
+        "id": "which-game", "game": None, "question": "How many cards do I draw?",
+        "lang": "en", "answerable": True, "evidence": ["draw"], "answer": "?",
+        "key_facts": [["two"]], "type": "lookup",
+    },
+]  # fmt: skip
+
+REPLIES = {
+    EN_Q: "Conclusion: you gain 3 AP at the beginning of each turn except your first [1].",
+    ZH_Q: "结论：除第一回合外，每个玩家回合开始时获得 3AP [1]。",
+    LOOT_Q: "Conclusion: draw 2 LOOT cards to the hero's Inventory [1].",
+    ONLINE_Q: NOT_COVERED_SENTINEL,
+}
+
+
+class AnswerBook(Generator):
+    """Replies by question, so an item declined before generation shifts no other reply."""
+
+    name = "answer-book"
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        yield REPLIES[prompt.question]
+
+
+def write_gold(path: Path, items: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items), "utf-8")
+    return path
+
+
+@pytest.fixture
+def gold_file(tmp_path: Path) -> Path:
+    return write_gold(tmp_path / "gold.jsonl", GOLD)
+
+
+@pytest.fixture
+def book_pipeline(settings: Settings) -> Pipeline:
+    # The hashed-word fake embedder scores Chinese questions below the relevance floor;
+    # with no floor, the replies alone decide which items abstain.
+    settings.retrieval.min_dense_score = 0.0
+    return Pipeline(settings, embedder=FakeEmbedder(), generator=AnswerBook())
+
+
+def by_id(out_dir: Path) -> dict[str, dict[str, Any]]:
+    lines = (out_dir / ITEMS_FILE).read_text(encoding="utf-8").splitlines()
+    return {json.loads(line)["gold"]["id"]: json.loads(line) for line in lines}
+
+
+# --- the gold file ----------------------------------------------------------------------
+
+
+def test_the_gold_file_loads_with_blank_lines_and_a_byte_order_mark(tmp_path: Path) -> None:
+    path = tmp_path / "gold.jsonl"
+    lines = [json.dumps(GOLD[0]), "", json.dumps(GOLD[3], ensure_ascii=False)]
+    path.write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")
+    items = load_gold(path)
+    assert [i.id for i in items] == ["suros-ap-en", "deck52-online"]
+    assert items[0].key_facts == (("3 AP", "3AP"), ("first", "第一"))
+    assert items[0].raw["note"] == "extra fields are kept"
+
+
+def _broken(field: str, value: Any) -> dict[str, Any]:
+    return {**GOLD[0], field: value}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps([1, 2]), "must be a JSON object"),
+        (json.dumps({k: v for k, v in GOLD[0].items() if k != "evidence"}), "missing field"),
+        (json.dumps(_broken("lang", "fr")), "'lang' must be one of en, zh"),
+        (json.dumps(_broken("type", "trivia")), "'type' must be one of"),
+        (json.dumps(_broken("answerable", "yes")), "'answerable' must be true or false"),
+        (json.dumps(_broken("evidence", [])), "at least one evidence string"),
+        (json.dumps(_broken("evidence", ["  "])), "'evidence' must be a list of non-empty"),
+        (json.dumps(_broken("key_facts", [[]])), "each key fact needs"),
+        (json.dumps(_broken("key_facts", ["3 AP"])), "'key_facts[]' must be a list"),
+        (json.dumps(_broken("question", "")), "'question' must be a non-empty string"),
+        (json.dumps(_broken("game", 7)), "'game' must be a non-empty string"),
+        (json.dumps(GOLD[0]), "duplicate id 'suros-ap-en' (first on line 1)"),
+    ],
+)
+def test_a_bad_line_is_named_by_its_number(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "gold.jsonl"
+    path.write_text(json.dumps(GOLD[0]) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"gold\.jsonl:2: ") as caught:
+        load_gold(path)
+    assert message in str(caught.value)
+
+
+def test_missing_and_empty_gold_files_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        load_gold(tmp_path / "nope.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(InputError, match="holds no items"):
+        load_gold(tmp_path / "empty.jsonl")
+
+
+def test_items_are_selected_by_game_name_then_limited(
+    scripted_pipeline: Pipeline, gold_file: Path
+) -> None:
+    items = load_gold(gold_file)
+    # "Final Bus" is an alias; the item with game null counts because its question names it.
+    picked = select_items(scripted_pipeline, items, "Final Bus")
+    assert [i.id for i in picked] == ["deck52-loot", "deck52-online"]
+    assert [i.id for i in select_items(scripted_pipeline, items, limit=2)] == [
+        "suros-ap-en",
+        "suros-ap-zh",
+    ]
+
+
+# --- the runner -------------------------------------------------------------------------
+
+
+def test_runner_scores_each_item_and_writes_them_one_by_one(
+    book_pipeline: Pipeline, gold_file: Path, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    def progress(result: ItemResult, done: int, total: int) -> None:
+        seen.append((result.item.id, done, total))
+
+    out = tmp_path / "out"
+    report = run_eval(book_pipeline, load_gold(gold_file), out_dir=out, progress=progress)
+    assert seen == [(item["id"], n, 6) for n, item in enumerate(GOLD, start=1)]
+    items = by_id(out)
+    assert list(items) == [item["id"] for item in GOLD]
+    assert items["suros-ap-en"]["gold"] == GOLD[0]  # the line as written, extras included
+
+    en = items["suros-ap-en"]
+    assert en["ask"]["game"] == "suros"
+    assert len(en["ask"]["passages"]) == 5
+    assert en["metrics"] | {"latency_s": None} == {
+        "game": "suros",
+        "first_hit_rank": 1,  # the AP passage shares most words with the question
+        "hit@1": True,
+        "hit@5": True,
+        "reciprocal_rank": 1.0,
+        "key_facts_covered": [True, True],
+        "key_fact_recall": 1.0,
+        "abstention_correct": True,
+        "citations": 1,
+        "citations_supported": 1,
+        "answer_lang": "en",
+        "language_match": True,
+        "latency_s": None,
+        "error": None,
+    }
+    zh = items["suros-ap-zh"]["metrics"]
+    assert (zh["key_facts_covered"], zh["answer_lang"], zh["abstention_correct"]) == (
+        [True, True],
+        "zh",
+        True,
+    )
+    assert items["deck52-loot"]["ask"]["game"] == "deck52-final-bus"  # detected
+    declined = items["deck52-online"]
+    assert declined["ask"]["abstained"] is True
+    assert declined["metrics"]["abstention_correct"] is True
+    assert declined["metrics"]["hit@1"] is None  # unanswerable: retrieval not measured
+
+    for failed in ("catan-robber", "which-game"):
+        assert items[failed]["ask"] is None
+        assert items[failed]["metrics"]["game"] == UNRESOLVED
+        assert items[failed]["metrics"]["error"].startswith("GameNotFoundError: ")
+
+    assert json.loads((out / REPORT_FILE).read_text(encoding="utf-8")) == report
+    assert (report["n"], report["errors"], report["k"]) == (6, 2, 5)
+    answer = report["answer"]
+    # Answerable: en, zh, loot (all facts covered) and the two failures: 3 / 5.
+    assert answer["key_fact_recall"] == 0.6
+    # Right: en, zh, loot answered and online declined; the two failures are wrong: 4 / 6.
+    assert answer["abstention_accuracy"] == 0.6667
+    assert answer["language_match"] == 0.6667
+    assert report["by_game"][UNRESOLVED]["n"] == 2
+    assert report["by_lang"]["zh"]["n"] == 1
+    assert report["by_type"]["unanswerable"]["retrieval"]["mrr"] is None
+    assert report["latency"]["p50_s"] is not None
+
+
+def test_the_extractive_pipeline_runs_end_to_end(pipeline: Pipeline, gold_file: Path) -> None:
+    report = run_eval(pipeline, load_gold(gold_file))
+    assert (report["n"], report["errors"], report["backend"]) == (6, 2, "extractive")
+    assert report["settings"]["retrieval.mode"] == "hybrid"
+    assert report["retrieval"]["hit@5"] is not None
+
+
+def test_a_small_k_keeps_the_answer_and_still_measures_the_top_five(
+    scripted_pipeline: Pipeline, gold_file: Path, tmp_path: Path
+) -> None:
+    items = load_gold(gold_file)[:1]
+    report = run_eval(scripted_pipeline, items, k=3, out_dir=tmp_path)
+    assert list(report["retrieval"]) == ["hit@1", "hit@3", "hit@5", "mrr"]
+    assert len(by_id(tmp_path)["suros-ap-en"]["ask"]["passages"]) == 3  # the answer used k=3
+
+
+def test_the_table_shows_every_group(scripted_pipeline: Pipeline, gold_file: Path) -> None:
+    table = render_table(run_eval(scripted_pipeline, load_gold(gold_file)))
+    assert table.startswith("6 items (2 failed), k = 5, answered by scripted")
+    for label in ("all", "lang: zh", "game: suros", f"game: {UNRESOLVED}", "type: unanswerable"):
+        assert f"\n{label} " in table
+
+
+# --- `rules eval` -----------------------------------------------------------------------
+
+
+def _app(generator: type[Generator] = ScriptedGenerator) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """A callback keeps `eval` a subcommand, as in the real `rules` app."""
+
+    register(
+        app, make_pipeline=lambda s: Pipeline(s, embedder=FakeEmbedder(), generator=generator())
+    )
+    return app
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(_app(), ["eval", *args])
+
+
+def test_json_prints_exactly_the_report(settings: Settings, gold_file: Path) -> None:
+    result = invoke("--gold", str(gold_file), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # one object and nothing else
+    assert {"n", "retrieval", "answer", "by_lang", "by_game", "latency"} <= set(report)
+    assert set(report["retrieval"]) >= {"hit@1", "hit@5", "mrr"}
+    assert set(report["answer"]) == {
+        "key_fact_recall",
+        "abstention_accuracy",
+        "citation_precision",
+        "language_match",
+    }
+    assert set(report["by_lang"]) == {"en", "zh"}
+    assert set(report["latency"]) == {"p50_s", "p95_s"}
+    assert "[6/6] which-game: FAILED" in result.stderr
+    assert "index: embed" in result.stderr  # the index was built, and said so
+
+
+def test_options_limit_game_and_out(settings: Settings, gold_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = invoke("--gold", str(gold_file), "--game", "suros", "--limit", "1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("1 items (0 failed), k = 5")
+    assert list(by_id(out)) == ["suros-ap-en"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gold", "missing.jsonl"], "Gold file missing.jsonl not found."),
+        (["--game", "Catan"], "Unknown game 'Catan'."),
+        (["x.toml"], "x.toml: a configuration file is only read with --compare."),
+        (["--compare", "missing.toml"], "Comparison file missing.toml not found."),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_1(
+    settings: Settings, gold_file: Path, args: list[str], message: str
+) -> None:
+    if "--gold" not in args:
+        args = ["--gold", str(gold_file), *args]
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"Error: {message}")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_bad_setting_is_a_user_error(
+    settings: Settings, gold_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RULEKEEPER_RETRIEVAL__MODE", "bm52")
+    result = invoke("--gold", str(gold_file))
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: Invalid setting retrieval.mode = 'bm52'")
+
+
+def test_a_bad_gold_line_names_its_number(settings: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(GOLD[0]) + "\n{oops\n", encoding="utf-8")
+    result = invoke("--gold", str(path))
+    assert result.exit_code == 1
+    assert f"{path}:2: not valid JSON" in result.stderr
+
+
+# --- --compare --------------------------------------------------------------------------
+
+CONFIGS = """
+[bm25]
+description = "Keywords only."
+retrieval = { mode = "bm25" }
+
+[hybrid-k3]
+retrieval = { mode = "hybrid", k = 3 }
+
+[llama]
+description = "Its model is not fetched in the tests."
+generation = { backend = "llama" }
+
+[buggy]
+description = "A component of its own crashes."
+generation = { model = "crashing" }
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "compare.toml"
+    path.write_text(CONFIGS, encoding="utf-8")
+    return path
+
+
+def test_overrides_apply_on_top_of_the_base_settings(settings: Settings) -> None:
+    changed = apply_overrides(settings, {"retrieval": {"mode": "bm25", "rerank": True}})
+    assert (changed.retrieval.mode, changed.retrieval.rerank) == ("bm25", True)
+    assert changed.retrieval.k == settings.retrieval.k
+    assert changed.home == settings.home
+    assert settings.retrieval.mode == "hybrid"  # the base is left alone
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[a]\nretrieval = { mode = "bm52" }', "[a]: retrieval.mode: Input should be"),
+        ("[a]\nretrieval = { depth = 3 }", "[a]: retrieval has no setting depth"),
+        ("[a]\nranking = { k = 3 }", "[a]: 'ranking' is not a settings group"),
+        ('[a]\nretrieval = "bm25"', "[a]: retrieval must be a table"),
+        ("[a]\nretrieval = { k = 0 }", "[a]: retrieval.k: Input should be greater"),
+        ('["a b"]\nretrieval = { k = 3 }', "[a b]: use letters, digits"),
+        ("", "names no configuration"),
+        ("[a", "Cannot read comparison file"),
+    ],
+)
+def test_bad_configurations_are_refused_before_anything_runs(
+    settings: Settings, tmp_path: Path, table: str, message: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(table, encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        load_configs(path, settings)
+    assert message in str(caught.value)
+
+
+def test_the_shipped_configurations_are_valid(settings: Settings) -> None:
+    from eval import DEFAULT_CONFIGS
+
+    configs = load_configs(DEFAULT_CONFIGS, settings)
+    assert {c.settings.retrieval.mode for c in configs} == {"bm25", "dense", "hybrid"}
+
+
+class Crashing(Generator):
+    name = "crashing"
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        raise ValueError("logprobs is not supported")
+
+
+def _fake_factory(settings: Settings) -> Pipeline:
+    if settings.generation.backend == "llama":
+        raise ModelError("GGUF model not found: run `rules models fetch`.")
+    generator = Crashing() if settings.generation.model == "crashing" else ScriptedGenerator()
+    return Pipeline(settings, embedder=FakeEmbedder(), generator=generator)
+
+
+def test_compare_writes_each_run_a_markdown_table_and_a_chart(
+    settings: Settings, gold_file: Path, config_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cmp"
+    runs = run_compare(
+        load_configs(config_file, settings),
+        load_gold(gold_file),
+        out,
+        base=settings,
+        make_pipeline=_fake_factory,
+    )
+    assert [r.config.name for r in runs] == ["bm25", "hybrid-k3", "llama", "buggy"]
+    assert runs[0].report is not None and runs[0].report["settings"]["retrieval.mode"] == "bm25"
+    assert runs[1].report is not None and runs[1].report["k"] == 3  # the configuration's k
+    assert runs[2].error == "GGUF model not found: run `rules models fetch`."
+    assert runs[3].error == "ValueError: logprobs is not supported"  # the others still ran
+    for name in ("bm25", "hybrid-k3"):
+        assert len(by_id(out / name)) == 6
+    markdown = (out / MARKDOWN_FILE).read_text(encoding="utf-8")
+    assert "| config | n | failed | hit@1 |" in markdown
+    assert "| bm25 | 6 | 2 |" in markdown
+    assert "- **llama**: GGUF model not found" in markdown
+    assert "`retrieval.mode=hybrid, retrieval.k=3`" in markdown
+    assert f"![metrics per configuration]({CHART_FILE})" in markdown
+    assert (out / CHART_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _report(*scores: ItemScore) -> dict[str, Any]:
+    return build_report(scores)
+
+
+def test_markdown_bolds_the_best_value_and_the_lowest_latency(settings: Settings) -> None:
+    fast_miss = ItemScore("en", "g", "lookup", True, first_hit=None, latency_s=1.0)
+    slow_hit = ItemScore("en", "g", "lookup", True, first_hit=1, latency_s=9.0)
+    config = Config("x", "", {}, settings)
+    runs = [
+        ConfigRun(Config("fast", "", {}, settings), report=_report(fast_miss)),
+        ConfigRun(Config("slow", "", {}, settings), report=_report(slow_hit)),
+        ConfigRun(config, error="broken"),
+    ]
+    rows = {line.split(" | ")[0]: line for line in render_markdown(runs, 1).splitlines()}
+    # hit@1 is 0 for fast and 1 for slow; p50 is 1 s for fast and 9 s for slow.
+    assert "| 0.000 |" in rows["| fast"] and "| **1.000** |" in rows["| slow"]
+    assert "| **1.000** | **1.000** |" in rows["| fast"]  # the two latency columns
+    assert "| 9.000 | 9.000 |" in rows["| slow"]
+    assert "| x" not in rows  # a configuration that could not run has no row
+
+
+def test_configurations_on_another_embedder_run_first(
+    settings: Settings, gold_file: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "c.toml").write_text(
+        '[base-a]\nretrieval = { mode = "bm25" }\n'
+        '[other]\nembedding = { model = "all-minilm-l6-v2" }\n'
+        '[base-b]\nretrieval = { mode = "dense" }\n',
+        encoding="utf-8",
+    )
+    order: list[str] = []
+
+    def recording(s: Settings) -> Pipeline:
+        order.append(f"{s.embedding.model}/{s.retrieval.mode}")
+        return _fake_factory(s)
+
+    configs = load_configs(tmp_path / "c.toml", settings)
+    runs = run_compare(
+        configs, load_gold(gold_file)[:1], tmp_path / "o", base=settings, make_pipeline=recording
+    )
+    base = settings.embedding.model
+    assert order == ["all-minilm-l6-v2/hybrid", f"{base}/bm25", f"{base}/dense"]
+    assert [r.config.name for r in runs] == ["base-a", "other", "base-b"]  # file order
+
+
+def test_shared_models_build_each_model_once(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[str] = []
+
+    def embedder(name: str, models_dir: Path) -> FakeEmbedder:
+        made.append(name)
+        return FakeEmbedder()
+
+    monkeypatch.setattr("eval.compare.make_embedder", embedder)
+    monkeypatch.setattr("eval.compare.make_generator", lambda s: ScriptedGenerator())
+    shared = SharedModels()
+    bm25 = shared(apply_overrides(settings, {"retrieval": {"mode": "bm25"}}))
+    dense = shared(apply_overrides(settings, {"retrieval": {"mode": "dense"}}))
+    other = shared(apply_overrides(settings, {"embedding": {"model": "all-minilm-l6-v2"}}))
+    assert bm25.embedder is dense.embedder is not other.embedder
+    assert bm25.generator is dense.generator is other.generator  # same generation settings
+    fewer = shared(apply_overrides(settings, {"generation": {"passages": 2}}))
+    assert fewer.generator is bm25.generator  # a prompt setting: the model is the same
+    assert made == [settings.embedding.model, "all-minilm-l6-v2"]
+
+
+def test_compare_from_the_command_line(
+    settings: Settings, gold_file: Path, config_file: Path, tmp_path: Path
+) -> None:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """Keeps `eval` a subcommand."""
+
+    register(app, make_pipeline=_fake_factory)
+    out = tmp_path / "cmp"
+    args = ["eval", "--compare", str(config_file), "--gold", str(gold_file), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert list(payload["configs"]) == ["bm25", "hybrid-k3", "llama", "buggy"]
+    assert payload["configs"]["bm25"]["n"] == 6
+    assert payload["configs"]["llama"] == {
+        "error": "GGUF model not found: run `rules models fetch`."
+    }
+    assert payload["markdown"] == str(out / MARKDOWN_FILE)
+    assert "bm25 [6/6] which-game: FAILED" in result.stderr
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "llama could not run: GGUF model not found" in text.stdout
+    assert f"Chart: {out / CHART_FILE}" in text.stdout
