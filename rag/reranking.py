@@ -1,12 +1,13 @@
 """Rerankers reorder the fused candidates by how well each passage answers the question.
 
 No registry package carries a cross-encoder, so the reranker shipped here asks the local
-LLM a yes/no question per passage and ranks by the probability of "yes".
+LLM a yes/no question per passage: passages judged relevant move ahead of the others, each
+group keeping its fused order. (Token probabilities would need llama.cpp to keep the logits
+of every position, which slows every answer.)
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ class Reranker(ABC):
         """One relevance score per hit, higher is better."""
 
     def rerank(self, question: str, hits: Sequence[Hit]) -> list[Hit]:
+        """Best score first; ties keep their fused order (sorted() is stable)."""
         scores = self.score(question, hits)
         order = sorted(range(len(hits)), key=lambda i: scores[i], reverse=True)
         return [hits[i] for i in order]
@@ -40,9 +42,9 @@ class LlmYesNoReranker(Reranker):
         self._passage_chars = passage_chars
 
     def score(self, question: str, hits: Sequence[Hit]) -> list[float]:
-        return [self._p_yes(question, hit) for hit in hits]
+        return [self._judge(question, hit) for hit in hits]
 
-    def _p_yes(self, question: str, hit: Hit) -> float:
+    def _judge(self, question: str, hit: Hit) -> float:
         content = render(
             "rerank.txt",
             question=question,
@@ -52,21 +54,11 @@ class LlmYesNoReranker(Reranker):
         with self._generator.lock:
             result = self._generator.load().create_chat_completion(
                 messages=[{"role": "user", "content": content}],
-                max_tokens=1,
+                max_tokens=2,
                 temperature=0.0,
-                logprobs=True,
-                top_logprobs=10,
             )
-        choice = result["choices"][0]
-        top = (choice.get("logprobs") or {}).get("content") or []
-        if top:
-            yes = [
-                math.exp(alt["logprob"])
-                for alt in top[0].get("top_logprobs", [])
-                if alt["token"].strip().lower() == "yes"
-            ]
-            return sum(yes)
-        return 1.0 if choice["message"]["content"].strip().lower().startswith("yes") else 0.0
+        reply = result["choices"][0]["message"]["content"] or ""
+        return 1.0 if reply.strip().lower().startswith(("yes", "是")) else 0.0
 
 
 def make_reranker(settings: Settings, generator: Generator) -> Reranker:

@@ -33,9 +33,7 @@ def test_index_is_built_once_then_loaded(pipeline: Pipeline, settings: Settings)
     assert [c.id for c in again.index.chunks] == [c.id for c in first.index.chunks]
 
 
-def test_index_rebuilds_when_corpus_or_embedder_changes(
-    settings: Settings, tmp_path: Path
-) -> None:
+def test_index_rebuilds_when_corpus_or_embedder_changes(settings: Settings, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     (corpus / "g").mkdir(parents=True)
     (corpus / "g" / "manifest.toml").write_text(
@@ -116,3 +114,37 @@ def test_chinese_question_retrieves_english_passage_with_real_embedder(
     _, hits = pipe.retrieve("苏罗斯里闪避怎么用？", None, k=5)
     assert hits[0].chunk.game == "suros"
     assert any(h.chunk.section[-1] == "DODGE" for h in hits)
+
+
+class _YesForStealth:
+    """Stands in for a llama.cpp model: says yes only for passages about stealth."""
+
+    def create_chat_completion(self, messages: list[dict[str, str]], **_: object) -> dict:
+        relevant = "stealth" in messages[0]["content"].split("Rulebook passage")[1].lower()
+        return {"choices": [{"message": {"content": "Yes" if relevant else "No"}}]}
+
+
+def test_yes_no_reranker_moves_judged_passages_ahead_keeping_order(
+    pipeline: Pipeline,
+) -> None:
+    import threading
+
+    from rag.reranking import LlmYesNoReranker
+
+    class FakeLlama:
+        name = "llama:fake"
+        lock = threading.Lock()
+
+        def load(self) -> _YesForStealth:
+            return _YesForStealth()
+
+    reranker = LlmYesNoReranker(FakeLlama())  # type: ignore[arg-type]
+    _, hits = pipeline.retrieve("what happens when I enter a tile?", "maximum-apocalypse", k=8)
+    reranked = reranker.rerank("what happens when I enter a tile?", hits)
+    judged = ["stealth" in h.chunk.text.lower() for h in reranked]
+    assert any(judged) and not all(judged)
+    assert judged == sorted(judged, reverse=True)
+    assert [h for h in reranked if "stealth" not in h.chunk.text.lower()] == [
+        h for h in hits if "stealth" not in h.chunk.text.lower()
+    ]
+    assert sorted(h.chunk.id for h in reranked) == sorted(h.chunk.id for h in hits)
