@@ -1,0 +1,85 @@
+"""The app factory: `create_app()` builds the FastAPI app; its lifespan builds the pipeline.
+
+    uvicorn --factory api.app:create_app        (or `rules serve`, see api.server)
+
+Tests and tools pass a ready `Pipeline` (e.g. with fake models) and/or `Settings`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from api.errors import CatchAll, install_error_handlers
+from api.routes import ask, chat, games, health, widget
+from api.runtime import Runtime
+from api.security import BodyLimit
+from rag.pipeline import Pipeline
+from rag.settings import Settings, load_settings
+
+DESCRIPTION = """\
+Board-game rules answered from the rulebooks, with the passages cited.
+
+* `POST /v1/ask` answers (the `rules ask --json` contract); `/v1/ask/stream` streams it.
+* `POST /v1/chat/completions` speaks OpenAI's chat protocol.
+* `/v1/games/...` lists the games and shows their rulebooks passage by passage.
+* `/widget.js` is an embeddable widget; `/demo` shows it.
+
+When the server has API keys, send one as `X-API-Key` or `Authorization: Bearer`.
+Errors are `{"error": {"type", "message"}}`; 429 and 503 carry `Retry-After`.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("rulekeeper")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
+    """The API app. Without `pipeline`, the lifespan builds one from `settings`."""
+    if settings is None:
+        settings = pipeline.settings if pipeline is not None else load_settings()
+    configured = settings
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime.build(configured, pipeline or Pipeline(configured))
+        app.state.runtime = runtime
+        warm_up = asyncio.create_task(runtime.warm_up())
+        try:
+            yield
+        finally:
+            warm_up.cancel()
+            runtime.close()
+
+    app = FastAPI(
+        title="Rulekeeper",
+        summary="Offline board-game rules assistant",
+        description=DESCRIPTION,
+        version=_version(),
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    # Innermost first: errors become JSON inside the body limit, and CORS wraps them all.
+    app.add_middleware(CatchAll)
+    app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
+    if settings.api.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.api.cors_origins,
+            allow_credentials=False,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type", "X-API-Key", "Authorization"],
+            expose_headers=["Retry-After"],
+            max_age=600,
+        )
+    for module in (health, ask, chat, games, widget):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,94 @@
+"""What one worker process holds while it serves: built in the app's lifespan, never at import."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+
+from api.conversations import ConversationStore
+from api.errors import ApiError, retry_later
+from api.runner import ModelRunner
+from api.schemas import ModelsState, Readiness
+from api.security import ApiKeys, RateLimiter
+from api.service import AskService
+from rag.errors import RulekeeperError
+from rag.pipeline import Pipeline
+from rag.settings import Settings
+
+log = logging.getLogger("rulekeeper.api")
+
+State = Literal["loading", "ready", "failed"]
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    pipeline: Pipeline
+    runner: ModelRunner
+    service: AskService
+    keys: ApiKeys
+    limiter: RateLimiter
+    state: State = "loading"
+    error: str | None = None
+    models: ModelsState = field(default_factory=lambda: ModelsState(embedder=None, generator=None))
+
+    @classmethod
+    def build(cls, settings: Settings, pipeline: Pipeline) -> Runtime:
+        api = settings.api
+        runner = ModelRunner(api.queue_size)
+        conversations = ConversationStore(
+            max_conversations=api.max_conversations,
+            ttl_s=api.conversation_ttl_s,
+            max_turns=api.conversation_turns,
+        )
+        return cls(
+            settings=settings,
+            pipeline=pipeline,
+            runner=runner,
+            service=AskService(pipeline, runner, conversations, api),
+            keys=ApiKeys(api.api_keys),
+            limiter=RateLimiter(api.rate_limit_per_minute),
+        )
+
+    async def warm_up(self) -> None:
+        """Load (or build) the index and the models off the event loop; /readyz reports it."""
+        try:
+            self.models = await anyio.to_thread.run_sync(self._load)
+            self.state = "ready"
+        except Exception as exc:
+            log.exception("the rulebook index or a model failed to load")
+            self.error = str(exc) if isinstance(exc, RulekeeperError) else "see the server log"
+            self.state = "failed"
+
+    def _load(self) -> ModelsState:
+        self.pipeline.ensure_index()
+        return ModelsState(
+            embedder=self.pipeline.embedder.name, generator=self.pipeline.generator.name
+        )
+
+    def readiness(self) -> Readiness:
+        return Readiness(
+            status=self.state,
+            index_loaded=self.state == "ready",
+            games=len(self.pipeline.corpus.games) if self.state == "ready" else 0,
+            models=self.models,
+            error=self.error,
+        )
+
+    def require_ready(self) -> None:
+        if self.state == "loading":
+            raise retry_later(
+                503, "not_ready", "The rulebook index is still loading; retry shortly.", 5
+            )
+        if self.state == "failed":
+            raise ApiError(
+                503,
+                "unavailable",
+                "The rules service failed to load its index or model; /readyz says why.",
+            )
+
+    def close(self) -> None:
+        self.runner.close()

@@ -1,0 +1,374 @@
+"""Request and response schemas: what the OpenAPI document shows, with examples.
+
+Requests and responses are separate models. `AskResponse` mirrors `Answer.to_json()`, the
+public `rules ask --json` contract, plus the conversation id.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rag.types import Answer
+
+CONVERSATION_ID = r"^[A-Za-z0-9_-]{8,64}$"
+MAX_HISTORY = 20
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="Stable machine-readable kind, e.g. `game_not_found`.")
+    message: str = Field(description="What went wrong and what to do, for people.")
+    games: list[str] | None = Field(None, description="The known games, when none matched.")
+
+
+class ErrorResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "type": "game_not_found",
+                        "message": "Unknown game 'chess'. Known games: suros, deck52-final-bus.",
+                        "games": ["suros", "deck52-final-bus"],
+                    }
+                }
+            ]
+        }
+    )
+    error: ErrorDetail
+
+
+# --- ask ------------------------------------------------------------------------------------
+
+
+class HistoryTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(max_length=4000, description="An earlier question.")
+    answer: str = Field(max_length=20_000, description="The answer it got.")
+    game: str | None = Field(None, max_length=200, description="Its game, if known.")
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "not": {"required": ["conversation_id", "history"]},
+            "examples": [
+                {"question": "How many cards does each player draw?", "game": "suros"},
+                {
+                    "question": "And if the deck runs out?",
+                    "conversation_id": "c_7Qm2xY9kLp3Z",
+                },
+            ],
+        },
+    )
+    question: str = Field(
+        min_length=1,
+        max_length=10_000,
+        description="The player's question. The server's `max_question_chars` also applies.",
+    )
+    game: str | None = Field(
+        None,
+        max_length=200,
+        description="Game title, slug or alias; omitted: detected from the question or the "
+        "conversation.",
+    )
+    k: int | None = Field(None, ge=1, le=20, description="Passages to retrieve.")
+    conversation_id: str | None = Field(
+        None,
+        pattern=CONVERSATION_ID,
+        description="Continue this conversation (the server keeps its recent turns). An "
+        "unknown or expired id starts a new conversation under that id. Omitted (and no "
+        "`history`): the server starts one and returns its id.",
+    )
+    history: list[HistoryTurn] | None = Field(
+        None,
+        max_length=MAX_HISTORY,
+        description="Earlier turns, oldest first, for clients that keep the conversation "
+        "themselves; not with `conversation_id`.",
+    )
+
+    @model_validator(mode="after")
+    def _one_memory(self) -> AskRequest:
+        if {"conversation_id", "history"} <= self.model_fields_set:
+            raise ValueError("give conversation_id or history, not both")
+        return self
+
+
+class CitationOut(BaseModel):
+    n: int = Field(description="The `[n]` marker in the answer.")
+    chunk_id: str
+    game: str
+    section: str = Field(description="Section path, ` › ` joined.")
+    text: str
+
+
+class PassageOut(BaseModel):
+    rank: int
+    chunk_id: str
+    game: str
+    section: str
+    text: str
+    score: float
+
+
+class TimingsOut(BaseModel):
+    retrieve_s: float
+    generate_s: float
+    total_s: float
+
+
+class AskResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "question": "How many cards does each player draw?",
+                    "game": "suros",
+                    "lang": "en",
+                    "answer": "Conclusion: Each player draws two cards [1]\n\nThis answer is "
+                    "for reference only; where they differ, the rulebook prevails.",
+                    "abstained": False,
+                    "citations": [
+                        {
+                            "n": 1,
+                            "chunk_id": "suros-0007",
+                            "game": "suros",
+                            "section": "Suros › Setup",
+                            "text": "Each player draws two cards.",
+                        }
+                    ],
+                    "passages": [
+                        {
+                            "rank": 1,
+                            "chunk_id": "suros-0007",
+                            "game": "suros",
+                            "section": "Suros › Setup",
+                            "text": "Each player draws two cards.",
+                            "score": 0.032787,
+                        }
+                    ],
+                    "timings": {"retrieve_s": 0.012, "generate_s": 0.003, "total_s": 0.016},
+                    "backend": "extractive",
+                    "conversation_id": "c_7Qm2xY9kLp3Z",
+                }
+            ]
+        }
+    )
+    question: str
+    game: str | None = Field(description="Slug of the game answered about.")
+    lang: Literal["en", "zh"]
+    answer: str = Field(description="Every `[n]` marker refers to an entry of `citations`.")
+    abstained: bool = Field(description="True when the rulebook does not cover the question.")
+    citations: list[CitationOut]
+    passages: list[PassageOut]
+    timings: TimingsOut
+    backend: str = Field(description="The generator that answered.")
+    conversation_id: str | None = Field(
+        None, description="Pass it back to ask a follow-up; null when `history` was given."
+    )
+
+    @classmethod
+    def of(cls, answer: Answer, conversation_id: str | None) -> AskResponse:
+        return cls.model_validate({**answer.to_json(), "conversation_id": conversation_id})
+
+
+# --- games and the rulebook view ------------------------------------------------------------
+
+
+class GameOut(BaseModel):
+    slug: str
+    title: str
+    aliases: list[str]
+    language: Literal["en", "zh"]
+    builtin: bool = Field(description="False for rulebooks a user added.")
+    chunks: int = Field(description="Passages indexed.")
+
+
+class GameList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "games": [
+                        {
+                            "slug": "suros",
+                            "title": "Suros",
+                            "aliases": [],
+                            "language": "en",
+                            "builtin": True,
+                            "chunks": 42,
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    games: list[GameOut]
+
+
+class SectionOut(BaseModel):
+    id: str = Field(description="The passage's chunk id, as in citations.")
+    game: str
+    section: list[str] = Field(description="Heading path, outermost first.")
+    section_path: str = Field(description="The same, ` › ` joined.")
+    page: int | None = Field(description="Rulebook page, for formats with pages.")
+    kind: Literal["section", "glossary"]
+    text: str
+
+
+class SectionList(BaseModel):
+    game: str = Field(description="The game's slug.")
+    title: str
+    sections: list[SectionOut] = Field(description="The rulebook's passages in reading order.")
+
+
+# --- health ---------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class ModelsState(BaseModel):
+    embedder: str | None = Field(description="The embedder's name, once known.")
+    generator: str | None = Field(description="The answering backend, e.g. `extractive`.")
+
+
+class Readiness(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "status": "ready",
+                    "index_loaded": True,
+                    "games": 4,
+                    "models": {"embedder": "embeddinggemma-300m", "generator": "extractive"},
+                    "error": None,
+                }
+            ]
+        }
+    )
+    status: Literal["loading", "ready", "failed"]
+    index_loaded: bool
+    games: int = Field(description="Games in the loaded index.")
+    models: ModelsState
+    error: str | None = Field(None, description="Why loading failed.")
+
+
+# --- OpenAI-compatible chat -----------------------------------------------------------------
+
+
+class ContentPart(BaseModel):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(p.text or "" for p in self.content if p.type == "text")
+        return self.content or ""
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's chat request; fields Rulekeeper does not use (temperature, ...) are ignored."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "suros",
+                    "messages": [{"role": "user", "content": "How do I win?"}],
+                },
+                {
+                    "model": "rulekeeper",
+                    "stream": True,
+                    "messages": [
+                        {"role": "user", "content": "In Suros, how many cards do I draw?"},
+                        {"role": "assistant", "content": "Two cards [1]."},
+                        {"role": "user", "content": "And when the deck is empty?"},
+                    ],
+                },
+            ]
+        },
+    )
+    model: str = Field(
+        "rulekeeper",
+        max_length=200,
+        description="A game's slug or title picks the game; any other name (e.g. "
+        "`rulekeeper`) leaves it to `game` or detection from the messages.",
+    )
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        max_length=2 * MAX_HISTORY + 2,
+        description="The last message is the question; earlier user/assistant pairs are "
+        "the history. System messages are ignored: Rulekeeper keeps its own instructions.",
+    )
+    stream: bool = Field(False, description="Stream `chat.completion.chunk` server-sent events.")
+    game: str | None = Field(None, max_length=200, description="The game, overriding `model`.")
+    k: int | None = Field(None, ge=1, le=20, description="Passages to retrieve.")
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop"] = "stop"
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    rulekeeper: AskResponse = Field(
+        description="The full answer with citations and passages (a Rulekeeper extension)."
+    )
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: Literal["stop"] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One streamed event; the last carries `finish_reason` and the full answer."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    rulekeeper: AskResponse | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "rulekeeper"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

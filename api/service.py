@@ -1,0 +1,146 @@
+"""Asking through the API: limits, conversation memory and the model runner around
+`Pipeline.ask_stream`. Every ask endpoint (plain, streamed, OpenAI chat) goes through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from api.conversations import ConversationStore
+from api.errors import ApiError
+from api.runner import Job, ModelRunner
+from rag.pipeline import Pipeline
+from rag.settings import ApiSettings
+from rag.types import Answer, StreamEvent, Turn
+
+
+@dataclass(frozen=True)
+class AskQuery:
+    question: str
+    game: str | None = None
+    k: int | None = None
+    history: tuple[Turn, ...] = ()
+    conversation_id: str | None = None  # the server keeps this conversation's history
+
+
+class AnswerStream:
+    """A started answer: the pipeline's events as they come, the last carrying the Answer."""
+
+    def __init__(
+        self,
+        job: Job[StreamEvent],
+        deadline: float,
+        on_answer: Callable[[Answer], None],
+        conversation_id: str | None,
+    ) -> None:
+        self._job = job
+        self._deadline = deadline
+        self._on_answer = on_answer
+        self._first: StreamEvent | None = None
+        self.conversation_id = conversation_id
+
+    async def begin(self) -> None:
+        """Wait for the first event, so a bad question fails before any response starts."""
+        self._first = await self._next()
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        event = self._first
+        while event is not None:
+            if event.answer is not None:
+                self._on_answer(event.answer)
+            yield event
+            event = await self._next()
+
+    async def answer(self) -> Answer:
+        final: Answer | None = None
+        async for event in self.events():
+            final = event.answer or final
+        if final is None:
+            raise RuntimeError("the pipeline's stream ended without an answer")
+        return final
+
+    def cancel(self) -> None:
+        self._job.cancel()
+
+    async def _next(self) -> StreamEvent | None:
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                return await self._job.next()
+        except TimeoutError:
+            self._job.cancel()
+            raise ApiError(
+                504, "timeout", "Answering took too long; try a shorter or simpler question."
+            ) from None
+
+
+@contextlib.asynccontextmanager
+async def cancelled_on_disconnect(request: Request, stream: AnswerStream) -> AsyncIterator[None]:
+    """Cancel the answer (freeing the model) as soon as the client goes away."""
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        stream.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+
+
+class AskService:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        runner: ModelRunner,
+        conversations: ConversationStore,
+        settings: ApiSettings,
+    ) -> None:
+        self.pipeline = pipeline
+        self._runner = runner
+        self._conversations = conversations
+        self._settings = settings
+
+    def turns(self, exchanges: Iterable[tuple[str, str, str | None]]) -> tuple[Turn, ...]:
+        """History from (question, answer, game name) triples. A turn's game is resolved to
+        its slug, or detected from its question when not given, so that a follow-up which
+        names no game stays with the conversation's game."""
+        corpus = self.pipeline.corpus
+        turns = []
+        for question, answer, name in exchanges:
+            game = corpus.resolve(name) if name else corpus.detect(question)
+            turns.append(Turn(question=question, answer=answer, game=game.slug if game else None))
+        return tuple(turns[-self._settings.conversation_turns :])
+
+    async def start(self, query: AskQuery) -> AnswerStream:
+        """Queue the question for the model and wait for its first event."""
+        limit = self._settings.max_question_chars
+        if len(query.question.strip()) > limit:
+            raise ApiError(
+                422, "invalid_request", f"The question is longer than {limit} characters."
+            )
+        cid = query.conversation_id
+        history = self._conversations.history(cid) if cid else query.history
+        job = self._runner.start(
+            lambda: self.pipeline.ask_stream(query.question, query.game, query.k, history)
+        )
+        deadline = asyncio.get_running_loop().time() + self._settings.timeout_s
+
+        def remember(answer: Answer) -> None:
+            if cid:
+                turn = Turn(question=answer.question, answer=answer.answer, game=answer.game)
+                self._conversations.append(cid, turn)
+
+        stream = AnswerStream(job, deadline, remember, cid)
+        try:
+            await stream.begin()
+        except BaseException:
+            stream.cancel()
+            raise
+        return stream

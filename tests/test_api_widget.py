@@ -1,0 +1,157 @@
+"""The embeddable widget end to end in headless Chromium (Debian's /usr/bin/chromium)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from rag.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from conftest import ScriptedGenerator, SlowGenerator
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+QUESTION = "How much HP does each player start with?"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Debian's Chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module (Playwright gives it a fresh profile folder)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context()  # no cookies or storage shared between tests
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def open_demo(page: Any, url: str) -> None:
+    page.goto(f"{url}/demo")
+    page.wait_for_selector(".rk-game option[value=suros]", state="attached")
+
+
+def ask(page: Any, question: str, game: str = "suros") -> None:
+    page.select_option(".rk-game", game)
+    page.fill(".rk-input", question)
+    page.click(".rk-ask")
+
+
+def test_streams_the_answer_and_opens_cited_passages(
+    page: Any, serve_api: Any, pipeline: Pipeline
+) -> None:
+    url = serve_api(pipeline)
+    expected = httpx.post(f"{url}/v1/ask", json={"question": QUESTION, "game": "suros"}).json()
+
+    open_demo(page, url)
+    ask(page, QUESTION)
+    page.wait_for_selector(".rk-cite")
+    assert page.inner_text(".rk-question") == QUESTION
+    answer = page.inner_text(".rk-answer")
+    assert " ".join(answer.split()) == " ".join(expected["answer"].split())
+    labels = page.locator(".rk-cite").all_inner_texts()
+    assert labels == [f"[{c['n']}] {c['section']}" for c in expected["citations"]]
+
+    marker = page.locator(".rk-answer .rk-marker").first  # a marker in the answer text
+    n = int(marker.inner_text().strip("[]"))
+    cited = next(c for c in expected["citations"] if c["n"] == n)
+    section = httpx.get(f"{url}/v1/games/suros/sections/{cited['chunk_id']}").json()
+    marker.click()
+    page.wait_for_selector(".rk-passage-text")
+    assert page.inner_text(".rk-passage-title") == section["section_path"]
+    shown = page.inner_text(".rk-passage-text")
+    assert " ".join(shown.split()) == " ".join(section["text"].split())
+    page.click(".rk-close")
+    assert page.locator(".rk-passage").is_hidden()
+
+
+def test_tokens_show_before_the_answer_is_complete(
+    page: Any, serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+) -> None:
+    slow.pieces, slow.delay = 8, 0.25
+    open_demo(page, serve_api(slow_pipeline))
+    ask(page, QUESTION)
+    page.wait_for_function(
+        "() => document.querySelector('.rk-answer').textContent.includes('word1')"
+        " && !document.querySelector('.rk-cite')"
+    )
+    page.wait_for_selector(".rk-cite")
+    assert "word7" in page.inner_text(".rk-answer")
+
+
+def test_model_and_user_text_is_never_html(
+    page: Any, serve_api: Any, scripted_pipeline: Pipeline, scripted: ScriptedGenerator
+) -> None:
+    payload = '<img src=x onerror="window.__rkXss=1"><b>bold</b>'
+    scripted.replies = [f"Conclusion: {payload} [1]"]
+    open_demo(page, serve_api(scripted_pipeline))
+    question = "<script>window.__rkXss=2</script> " + QUESTION
+    ask(page, question)
+    page.wait_for_selector(".rk-cite")
+    assert payload in page.inner_text(".rk-answer")
+    assert page.inner_text(".rk-question") == question
+    assert page.locator(".rk img, .rk b, .rk script").count() == 0
+    assert page.evaluate("window.__rkXss") is None
+
+
+def test_follow_ups_keep_the_conversation_and_errors_show(
+    page: Any, serve_api: Any, pipeline: Pipeline
+) -> None:
+    bodies: list[dict[str, Any]] = []
+    page.on(
+        "request",
+        lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/ask/stream") else None,
+    )
+    open_demo(page, serve_api(pipeline))
+    ask(page, "How do I win?", game="")  # no game named: the server lists the games
+    page.wait_for_selector(".rk-status.rk-error")
+    assert "Known games" in page.inner_text(".rk-status")
+
+    ask(page, QUESTION)
+    page.wait_for_selector(".rk-cite")
+    ask(page, "What does each player gain next?", game="")
+    page.wait_for_function(
+        "() => document.querySelector('.rk-question').textContent.startsWith('What does')"
+    )
+    page.wait_for_selector(".rk-cite")
+    assert "conversation_id" not in bodies[1]
+    assert bodies[2]["conversation_id"].startswith("c_") and "game" not in bodies[2]
+    page.click(".rk-new")
+    ask(page, "What now?", game="")
+    page.wait_for_selector(".rk-status.rk-error")
+    assert "conversation_id" not in bodies[3]
