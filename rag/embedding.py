@@ -58,9 +58,11 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 class SentenceTransformerEmbedder(Embedder):
     """Any sentence-transformers model folder or name; loaded on first use."""
 
-    def __init__(self, name: str, location: str) -> None:
-        self.name = name
+    def __init__(self, name: str, location: str, *, quantize: bool = False) -> None:
+        # The name goes into the index manifest: a quantized model needs its own vectors.
+        self.name = f"{name}+int8" if quantize else name
         self._location = location
+        self._quantize = quantize
         self._model: Any = None
         self._lock = threading.Lock()
 
@@ -73,12 +75,19 @@ class SentenceTransformerEmbedder(Embedder):
                     raise ModelError("Install sentence-transformers: pip install -e .") from exc
                 _quiet_transformers()
                 try:
-                    self._model = SentenceTransformer(self._location, device="cpu")
+                    model = SentenceTransformer(self._location, device="cpu")
                 except Exception as exc:
                     raise ModelError(
                         f"Cannot load embedder {self.name!r} from {self._location}: {exc}. "
                         "Run `rules models fetch` or set RULEKEEPER_EMBEDDING__MODEL."
                     ) from exc
+                if self._quantize:
+                    import torch
+
+                    model = torch.ao.quantization.quantize_dynamic(
+                        model, {torch.nn.Linear}, dtype=torch.qint8
+                    )
+                self._model = model
         return self._model
 
     @property
@@ -107,7 +116,7 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def make_embedder(name: str, models_dir: Path) -> Embedder:
+def make_embedder(name: str, models_dir: Path, *, quantize: bool = False) -> Embedder:
     """An embedder from a registered name, a local folder, or a hub name."""
     from rag.models import REGISTRY, resolve_model_path
 
@@ -115,8 +124,8 @@ def make_embedder(name: str, models_dir: Path) -> Embedder:
     if spec is not None:
         if spec.kind != "embedder":
             raise ModelError(f"{name!r} is a {spec.kind}, not an embedder.")
-        return SentenceTransformerEmbedder(name, str(resolve_model_path(spec, models_dir)))
-    path = Path(name).expanduser()
-    if path.exists():
-        return SentenceTransformerEmbedder(path.name, str(path))
-    return SentenceTransformerEmbedder(name, name)
+        location = str(resolve_model_path(spec, models_dir))
+    else:
+        path = Path(name).expanduser()
+        location = str(path) if path.exists() else name  # else a hub name
+    return SentenceTransformerEmbedder(name, location, quantize=quantize)

@@ -69,6 +69,11 @@ class ChunkIndex:
     def game_range(self, slug: str) -> tuple[int, int]:
         return self._ranges.get(slug, (0, 0))
 
+    def language(self, slug: str) -> str:
+        """The rulebook's language: that of most of its chunks."""
+        langs = [c.lang for c in self.chunks_of(slug)]
+        return max(set(langs), key=langs.count) if langs else "en"
+
     def chunks_of(self, slug: str) -> list[Chunk]:
         start, end = self.game_range(slug)
         return self.chunks[start:end]

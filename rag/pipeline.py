@@ -72,7 +72,9 @@ class Pipeline:
         with self._lock:
             if self._embedder is None:
                 self._embedder = make_embedder(
-                    self.settings.embedding.model, self.settings.model_dir
+                    self.settings.embedding.model,
+                    self.settings.model_dir,
+                    quantize=self.settings.embedding.quantize,
                 )
             return self._embedder
 

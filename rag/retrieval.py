@@ -1,8 +1,10 @@
 """Hybrid retrieval scoped to one game: dense (FAISS) and BM25 ranked independently, then fused.
 
-The dense results stand on their own: no keyword filter gates them, because a Chinese
-question shares no words with an English rulebook. A question naming a glossary term
-(Stun, Docile, Break, Ichor...) also ranks that term's entry.
+The dense results stand on their own: no keyword filter gates them. BM25 joins the fusion
+(at `lexical_weight`) only when the question is in the rulebook's language, since a Chinese
+question shares no words with an English rulebook and its BM25 list is noise. A question
+naming a glossary term (Stun, Docile, Break, Ichor...) gets that term's entry among its
+results: it takes the last slot when fusion did not rank it, so the rule itself stays first.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Literal
 
 from rag.embedding import Embedder
 from rag.index import ChunkIndex
+from rag.lang import detect_lang
 from rag.lexical import BM25
 from rag.reranking import Reranker
 from rag.settings import RetrievalSettings
@@ -23,12 +26,14 @@ Mode = Literal["hybrid", "dense", "bm25"]
 Ranking = list[tuple[int, float]]  # (chunk position, score), best first
 
 
-def rrf(rankings: Sequence[Ranking], k: int = 60) -> Ranking:
-    """Reciprocal rank fusion: each list adds 1 / (k + rank) for the items it ranks."""
+def rrf(
+    rankings: Sequence[Ranking], k: int = 60, weights: Sequence[float] | None = None
+) -> Ranking:
+    """Reciprocal rank fusion: each list adds weight / (k + rank) for the items it ranks."""
     fused: dict[int, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
         for rank, (position, _) in enumerate(ranking, start=1):
-            fused[position] = fused.get(position, 0.0) + 1.0 / (k + rank)
+            fused[position] = fused.get(position, 0.0) + weight / (k + rank)
     return sorted(fused.items(), key=lambda p: p[1], reverse=True)
 
 
@@ -75,12 +80,15 @@ class Retriever:
     ) -> list[Hit]:
         mode = mode or self.settings.mode
         n = max(self.settings.candidates, k)
+        same_language = detect_lang(query) == self.index.language(slug)
         dense = self.dense(query, slug, n) if mode != "bm25" else []
-        lexical = self.lexical(query, slug, n) if mode != "dense" else []
+        lexical = self.lexical(query, slug, n) if mode == "bm25" or same_language else []
         if mode == "hybrid":
-            fused = rrf([dense, lexical, self.glossary(query, slug)], self.settings.rrf_k)
+            weights = [1.0, self.settings.lexical_weight]
+            fused = rrf([dense, lexical], self.settings.rrf_k, weights)
+            fused = place_glossary(fused, self.glossary(query, slug), k)
         else:
-            fused = dense or lexical
+            fused = dense if mode == "dense" else lexical
         dense_scores, lexical_scores = dict(dense), dict(lexical)
         hits = [
             Hit(
@@ -107,6 +115,18 @@ class Retriever:
         if best is None:  # BM25-only search: any lexical match counts
             return any((h.lexical_score or 0) > 0 for h in hits)
         return best >= self.settings.min_dense_score
+
+
+def place_glossary(fused: Ranking, glossary: Ranking, k: int) -> Ranking:
+    """Put the named terms' entries within the top k, after the fused ranking's best."""
+    top = {position for position, _ in fused[:k]}
+    missing = [(p, s) for p, s in glossary if p not in top][: max(k - 1, 0)]
+    if not missing:
+        return fused
+    keep = k - len(missing)
+    rest = [(p, s) for p, s in fused if p not in {m for m, _ in missing}]
+    floor = rest[keep - 1][1] if 0 < keep <= len(rest) else 0.0
+    return rest[:keep] + [(p, floor) for p, _ in missing] + rest[keep:]
 
 
 def _lexical_text(section: Sequence[str], text: str) -> str:

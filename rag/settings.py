@@ -43,6 +43,9 @@ class EmbeddingSettings(BaseModel):
         "sentence-transformers model, or a hub name if you have a hub connection.",
     )
     batch_size: int = Field(16, ge=1, description="Passages embedded per batch.")
+    quantize: bool = Field(
+        False, description="int8 dynamic quantization of the embedder: faster on CPU."
+    )
 
 
 class RetrievalSettings(BaseModel):
@@ -50,6 +53,9 @@ class RetrievalSettings(BaseModel):
     k: int = Field(5, ge=1, le=50, description="Passages returned per question.")
     candidates: int = Field(30, ge=1, description="Hits taken from each search before fusion.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    lexical_weight: float = Field(
+        0.5, ge=0.0, description="Weight of BM25 beside dense search in the fusion."
+    )
     rerank: bool = Field(False, description="Rerank fused candidates with the reranker.")
     reranker: str = Field("llm-yesno", description="Reranker name.")
     rerank_candidates: int = Field(8, ge=1, description="Fused hits passed to the reranker.")

@@ -7,7 +7,7 @@ from conftest import FakeEmbedder
 from rag.errors import GameNotFoundError, IndexError_, InputError
 from rag.index import IndexStore, build_faiss
 from rag.pipeline import Pipeline
-from rag.retrieval import rrf
+from rag.retrieval import place_glossary, rrf
 from rag.settings import Settings
 
 
@@ -18,6 +18,25 @@ def test_rrf_fuses_ranks_not_scores() -> None:
     # 1: 1/61 + 1/62; 3: 1/63 + 1/61; 2: 1/62
     assert [p for p, _ in fused] == [1, 3, 2]
     assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_weighted_rrf() -> None:
+    fused = rrf([[(1, 0.9), (2, 0.8)], [(2, 5.0)]], k=60, weights=[1.0, 0.5])
+    # 1: 1/61 = 0.01639; 2: 1/62 + 0.5/61 = 0.02433
+    assert [p for p, _ in fused] == [2, 1]
+
+
+def test_glossary_entry_takes_the_last_slot_unless_already_ranked() -> None:
+    fused = [(1, 0.5), (2, 0.4), (3, 0.3), (4, 0.2)]
+    assert [p for p, _ in place_glossary(fused, [(9, 1.0)], k=3)] == [1, 2, 9, 3, 4]
+    assert place_glossary(fused, [(2, 1.0)], k=3) == fused
+
+
+def test_bm25_sits_out_a_question_in_another_language(pipeline: Pipeline) -> None:
+    _, zh_hits = pipeline.retrieve("潜行判定 stealth test 怎么做？", "maximum-apocalypse", k=5)
+    assert all(h.lexical_score is None for h in zh_hits)
+    _, en_hits = pipeline.retrieve("how do I do a stealth test?", "maximum-apocalypse", k=5)
+    assert any(h.lexical_score for h in en_hits)
 
 
 def test_index_is_built_once_then_loaded(pipeline: Pipeline, settings: Settings) -> None:
