@@ -24,9 +24,31 @@ from rag.lang import tokenize
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.settings import BUILTIN_CORPUS, Settings, default_home
+from rag.types import Chunk, Hit
 
 # Where scripts/setup.sh put the real models, read before any test moves RULEKEEPER_HOME.
 REAL_MODELS_DIR = Path(os.environ.get("RULEKEEPER_MODELS_DIR") or default_home() / "models")
+
+
+def make_hits(*texts: str) -> list[Hit]:
+    """Hits on one-passage sections of a game "g", ranked in the order given."""
+    return [
+        Hit(
+            Chunk(
+                id=f"g:{n}",
+                game="g",
+                section=("Game", f"Section {n}"),
+                text=text,
+                lang="en",
+                start=0,
+                end=len(text),
+            ),
+            score=1.0 / n,
+            rank=n,
+            dense_score=0.8,
+        )
+        for n, text in enumerate(texts, start=1)
+    ]
 
 
 class FakeEmbedder(Embedder):

@@ -1,26 +1,13 @@
+from conftest import make_hits
+
 from rag.answer import assemble_answer, normalise_markers
 from rag.prompting import NOT_COVERED_SENTINEL, build_prompt
-from rag.types import Chunk, Hit
 
-
-def _hit(n: int, text: str) -> Hit:
-    chunk = Chunk(
-        id=f"g:{n}",
-        game="g",
-        section=("Game", f"Section {n}"),
-        text=text,
-        lang="en",
-        start=0,
-        end=len(text),
-    )
-    return Hit(chunk=chunk, score=1.0 / n, rank=n, dense_score=0.8)
-
-
-HITS = [
-    _hit(1, "Roll the two Spawn dice to attempt a stealth test."),
-    _hit(2, "Your hand limit is 10 cards."),
-    _hit(3, "Monsters activate from left to right."),
-]
+HITS = make_hits(
+    "Roll the two Spawn dice to attempt a stealth test.",
+    "Your hand limit is 10 cards.",
+    "Monsters activate from left to right.",
+)
 
 
 def _assemble(text: str, lang: str = "en", given: int = 2):
