@@ -155,7 +155,8 @@ class Pipeline:
         if len(self.corpus.games) == 1:
             return self.corpus.games[0]
         raise GameNotFoundError(
-            "Which game? Name it in the question or pass --game.", self.corpus.slugs
+            "Which game? Name it in the question or choose one (--game, or the game field).",
+            self.corpus.slugs,
         )
 
     # --- asking --------------------------------------------------------------------------
