@@ -87,7 +87,7 @@ def run(gold: Path, *, rerank: bool, limit: int | None) -> dict[str, Any]:
         return {
             "gold": str(gold),
             "items": len(items),
-            "embedding_model": settings.embedding.model,
+            "embedding_model": pipeline.embedder.name,
             "chunks": len(retriever.index.chunks),
             "index_type": retriever.index.manifest.get("index_type"),
             "index_build_s": round(build_s, 2),

@@ -74,7 +74,7 @@ class Pipeline:
                 self._embedder = make_embedder(
                     self.settings.embedding.model,
                     self.settings.model_dir,
-                    quantize=self.settings.embedding.quantize,
+                    precision=self.settings.embedding.precision,
                 )
             return self._embedder
 

@@ -167,3 +167,15 @@ def test_yes_no_reranker_moves_judged_passages_ahead_keeping_order(
         h for h in hits if "stealth" not in h.chunk.text.lower()
     ]
     assert sorted(h.chunk.id for h in reranked) == sorted(h.chunk.id for h in hits)
+
+
+@pytest.mark.real_models
+def test_bfloat16_embedder_matches_float32(real_settings: Settings) -> None:
+    from rag.embedding import make_embedder
+
+    texts = ["when can't I do a stealth test?", "什么时候不能进行潜行判定？"]
+    full = make_embedder("embeddinggemma-300m", real_settings.model_dir)
+    half = make_embedder("embeddinggemma-300m", real_settings.model_dir, precision="bfloat16")
+    assert half.name == "embeddinggemma-300m@bfloat16" != full.name  # separate indexes
+    for text in texts:
+        assert float(np.dot(full.embed_query(text), half.embed_query(text))) > 0.999
