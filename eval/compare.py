@@ -34,7 +34,7 @@ from eval.runner import (
     format_value,
     run_eval,
 )
-from rag.embedding import Embedder, make_embedder
+from rag.embedding import Embedder, embedder_for
 from rag.errors import InputError, RulekeeperError
 from rag.generation import Generator, make_generator
 from rag.pipeline import Pipeline
@@ -154,8 +154,8 @@ class SharedModels:
         self._generators: dict[str, Generator] = {}
 
     def __call__(self, settings: Settings) -> Pipeline:
-        model = settings.embedding.model
-        embedder = _shared(self._embedders, model, lambda: make_embedder(model, settings.model_dir))
+        embedding = settings.embedding.model_dump_json(exclude={"batch_size"})
+        embedder = _shared(self._embedders, embedding, lambda: embedder_for(settings))
         # The prompt's passage settings are read by the pipeline, not by the generator.
         generation = settings.generation.model_dump_json(exclude={"passages", "passage_chars"})
         generator = _shared(self._generators, generation, lambda: make_generator(settings))
@@ -170,16 +170,18 @@ class ConfigRun:
 
 
 def _run_order(configs: Sequence[Config], base: Settings) -> list[Config]:
-    """Other embedding models first, grouped by model, the base model's configurations last.
+    """Other embedders first, grouped by model and precision, the base embedder's last.
 
-    There is one index folder, rebuilt whenever the embedding model changes: grouping builds
-    each model's index once, and finishing on the base model leaves the index that the other
+    There is one index folder, rebuilt whenever the embedder changes: grouping builds each
+    embedder's index once, and finishing on the base one leaves the index that the other
     commands use as it was.
     """
-    model = base.embedding.model
+
+    def embedder(settings: Settings) -> tuple[str, str]:
+        return settings.embedding.model, settings.embedding.precision
+
     return sorted(
-        configs,
-        key=lambda c: (c.settings.embedding.model == model, c.settings.embedding.model),
+        configs, key=lambda c: (embedder(c.settings) == embedder(base), embedder(c.settings))
     )
 
 

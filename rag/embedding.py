@@ -11,11 +11,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from rag.errors import ModelError
+
+if TYPE_CHECKING:
+    from rag.settings import Settings
 
 Progress = Callable[[int, int], None]  # (done, total)
 Precision = Literal["float32", "bfloat16", "int8"]
@@ -122,6 +125,13 @@ def _quiet_transformers() -> None:
         return
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def embedder_for(settings: Settings) -> Embedder:
+    """The embedder the settings name, at their precision."""
+    return make_embedder(
+        settings.embedding.model, settings.model_dir, precision=settings.embedding.precision
+    )
 
 
 def make_embedder(name: str, models_dir: Path, *, precision: Precision = "float32") -> Embedder:

@@ -16,7 +16,7 @@ from pathlib import Path
 from rag.answer import assemble_answer, not_covered_answer
 from rag.chunking import chunk_document
 from rag.corpus import Corpus, slugify, write_manifest
-from rag.embedding import Embedder, make_embedder
+from rag.embedding import Embedder, embedder_for
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
 from rag.generation import Generator, make_generator
 from rag.index import IndexStore
@@ -71,11 +71,7 @@ class Pipeline:
     def embedder(self) -> Embedder:
         with self._lock:
             if self._embedder is None:
-                self._embedder = make_embedder(
-                    self.settings.embedding.model,
-                    self.settings.model_dir,
-                    precision=self.settings.embedding.precision,
-                )
+                self._embedder = embedder_for(self.settings)
             return self._embedder
 
     @property

@@ -519,21 +519,24 @@ def test_shared_models_build_each_model_once(
 ) -> None:
     made: list[str] = []
 
-    def embedder(name: str, models_dir: Path) -> FakeEmbedder:
-        made.append(name)
+    def embedder(settings: Settings) -> FakeEmbedder:
+        made.append(f"{settings.embedding.model}@{settings.embedding.precision}")
         return FakeEmbedder()
 
-    monkeypatch.setattr("eval.compare.make_embedder", embedder)
+    monkeypatch.setattr("eval.compare.embedder_for", embedder)
     monkeypatch.setattr("eval.compare.make_generator", lambda s: ScriptedGenerator())
     shared = SharedModels()
     bm25 = shared(apply_overrides(settings, {"retrieval": {"mode": "bm25"}}))
     dense = shared(apply_overrides(settings, {"retrieval": {"mode": "dense"}}))
     other = shared(apply_overrides(settings, {"embedding": {"model": "all-minilm-l6-v2"}}))
+    int8 = shared(apply_overrides(settings, {"embedding": {"precision": "int8"}}))
     assert bm25.embedder is dense.embedder is not other.embedder
+    assert int8.embedder not in (bm25.embedder, other.embedder)
     assert bm25.generator is dense.generator is other.generator  # same generation settings
     fewer = shared(apply_overrides(settings, {"generation": {"passages": 2}}))
     assert fewer.generator is bm25.generator  # a prompt setting: the model is the same
-    assert made == [settings.embedding.model, "all-minilm-l6-v2"]
+    base = settings.embedding.model
+    assert made == [f"{base}@bfloat16", "all-minilm-l6-v2@bfloat16", f"{base}@int8"]
 
 
 def test_compare_from_the_command_line(
