@@ -312,7 +312,3 @@ def _hold_back_sentinel(stream: Iterator[str], seen: list[str]) -> Iterator[str]
     # A held-back prefix that never became the sentinel is still part of the answer.
     if held and not held.strip().startswith(NOT_COVERED_SENTINEL):
         yield held
-
-
-def default_pipeline() -> Pipeline:
-    return Pipeline(load_settings())
