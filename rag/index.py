@@ -59,20 +59,23 @@ class ChunkIndex:
     chunks: list[Chunk]
     faiss_index: Any
     manifest: dict[str, Any]
-    _ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _ranges: dict[str, tuple[int, int]] = field(default_factory=dict, init=False)
+    _languages: dict[str, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for i, chunk in enumerate(self.chunks):
             start, _ = self._ranges.get(chunk.game, (i, i))
             self._ranges[chunk.game] = (start, i + 1)
+        # Each rulebook's language is that of most of its chunks; searches read it per query.
+        for slug in self._ranges:
+            langs = [c.lang for c in self.chunks_of(slug)]
+            self._languages[slug] = max(set(langs), key=langs.count)
 
     def game_range(self, slug: str) -> tuple[int, int]:
         return self._ranges.get(slug, (0, 0))
 
     def language(self, slug: str) -> str:
-        """The rulebook's language: that of most of its chunks."""
-        langs = [c.lang for c in self.chunks_of(slug)]
-        return max(set(langs), key=langs.count) if langs else "en"
+        return self._languages.get(slug, "en")
 
     def chunks_of(self, slug: str) -> list[Chunk]:
         start, end = self.game_range(slug)
@@ -142,20 +145,6 @@ class IndexStore:
             return False
         wanted = expected_manifest(corpus, settings, embedder_name)
         return all(stored.get(key) == value for key, value in wanted.items())
-
-    def load_or_build(
-        self,
-        corpus: Corpus,
-        settings: Settings,
-        embedder: Embedder,
-        *,
-        chunks: list[Chunk] | None,
-        progress: Progress | None = None,
-    ) -> ChunkIndex:
-        """Build from `chunks` when given, else load what is on disk."""
-        if chunks is not None:
-            return self.build(corpus, settings, embedder, chunks, progress)
-        return self.load()
 
     def build(
         self,

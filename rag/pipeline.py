@@ -97,16 +97,11 @@ class Pipeline:
             if self._retriever is not None and not rebuild:
                 return self._retriever
             store = self.index_store()
-            chunks_by_game = None
             if rebuild or not store.is_current(self.corpus, self.settings, self.embedder.name):
-                chunks_by_game = self._chunk_corpus(progress)
-            index = store.load_or_build(
-                self.corpus,
-                self.settings,
-                self.embedder,
-                chunks=chunks_by_game,
-                progress=progress,
-            )
+                chunks = self._chunk_corpus(progress)
+                index = store.build(self.corpus, self.settings, self.embedder, chunks, progress)
+            else:
+                index = store.load()
             self._retriever = Retriever(index, self.embedder, self.settings.retrieval)
             return self._retriever
 
@@ -139,15 +134,17 @@ class Pipeline:
     def resolve_game(
         self, game: str | None, question: str, history: Sequence[Turn] = ()
     ) -> GameInfo:
-        """The caller's game, else the one the question names, else the conversation's."""
+        """The caller's game, else the one the question names, else the conversation's:
+        the latest turn's game, or the game its question named."""
         if game:
             return self.corpus.resolve(game)
         detected = self.corpus.detect(question)
         if detected:
             return detected
         for turn in reversed(history):
-            if turn.game:
-                return self.corpus.get(turn.game)
+            earlier = self.corpus.get(turn.game) if turn.game else self.corpus.detect(turn.question)
+            if earlier:
+                return earlier
         if len(self.corpus.games) == 1:
             return self.corpus.games[0]
         raise GameNotFoundError(
