@@ -108,14 +108,13 @@ class AskService:
         self._settings = settings
 
     def turns(self, exchanges: Iterable[tuple[str, str, str | None]]) -> tuple[Turn, ...]:
-        """History from (question, answer, game name) triples. A turn's game is resolved to
-        its slug, or detected from its question when not given, so that a follow-up which
-        names no game stays with the conversation's game."""
+        """History from (question, answer, game name) triples, each named game resolved to
+        its slug (a turn without one is placed by the pipeline from its question)."""
         corpus = self.pipeline.corpus
-        turns = []
-        for question, answer, name in exchanges:
-            game = corpus.resolve(name) if name else corpus.detect(question)
-            turns.append(Turn(question=question, answer=answer, game=game.slug if game else None))
+        turns = [
+            Turn(question=q, answer=a, game=corpus.resolve(name).slug if name else None)
+            for q, a, name in exchanges
+        ]
         return tuple(turns[-self._settings.conversation_turns :])
 
     async def start(self, query: AskQuery) -> AnswerStream:

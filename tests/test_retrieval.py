@@ -179,3 +179,12 @@ def test_bfloat16_embedder_matches_float32(real_settings: Settings) -> None:
     assert half.name == "embeddinggemma-300m@bfloat16" != full.name  # separate indexes
     for text in texts:
         assert float(np.dot(full.embed_query(text), half.embed_query(text))) > 0.999
+
+
+def test_follow_up_keeps_the_game_an_earlier_turn_named(pipeline: Pipeline) -> None:
+    from rag.types import Turn
+
+    history = [Turn(question="How does DODGE work in Suros?", answer="...", game=None)]
+    assert pipeline.resolve_game(None, "and if I have no AP?", history).slug == "suros"
+    tagged = [Turn(question="and then?", answer="...", game="deck52-final-bus")]
+    assert pipeline.resolve_game(None, "what next?", history + tagged).slug == "deck52-final-bus"
