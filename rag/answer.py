@@ -1,8 +1,11 @@
-"""Answer assembly: check the generated text's citations against the passages it was given.
+"""Answer assembly: tidy the generated text and check its citations against the passages.
 
-Markers are normalised to [n]; a marker that points at no passage is dropped; an answer
-left with no marker is repaired by citing the passage sharing most words with it. The
-sentinel NOT_IN_RULEBOOK (or an empty answer) turns into an abstention in the asker's language.
+Small models pad the answer format: placeholders kept in angle brackets, lines that say
+only "None" or "无", lines of bare markers, a line repeating an earlier one. Those lines
+go (with their markers, which cite nothing). Markers are then normalised to [n]; a marker
+that points at no passage is dropped; an answer left with no marker is repaired by citing
+the passage sharing most words with it. The sentinel NOT_IN_RULEBOOK (or an answer left
+empty) turns into an abstention in the asker's language.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Sequence
 
 from rag.lang import tokenize
 from rag.prompting import NOT_COVERED_SENTINEL, Prompt, phrases
-from rag.types import Answer, Citation, Hit, Lang
+from rag.types import LANGS, Answer, Citation, Hit, Lang
 
 # [1], [1, 2], [1][2], 【1】, [passage 1], (1) is too common in rule text to count.
 _MARKER = re.compile(r"[\[【]\s*(?:passage\s*)?(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]", re.I)
@@ -31,6 +34,60 @@ def normalise_markers(text: str, valid: int) -> tuple[str, list[int]]:
         return "".join(f"[{n}]" for n in kept)
 
     return _MARKER.sub(replace, text), cited
+
+
+_PLACEHOLDER = re.compile(r"<([^<>\n]*)>")
+_FILLER = re.compile(
+    r"none|n/?a|nothing|not applicable|no (steps|conditions)( or exceptions)?"
+    r"|无|没有|暂无|不适用",
+    re.I,
+)
+# The prompt's "If no passage answers the question, write only: NOT_IN_RULEBOOK", paraphrased.
+_SAYS_NOT_COVERED = re.compile(r"no passage answers the question", re.I)
+_HEADING_KEYS = ("heading_conclusion", "heading_procedure", "heading_conditions", "heading_unsaid")
+
+
+def _heading(line: str) -> tuple[str, str]:
+    """Split "Heading: content" for the answer format's headings (either language)."""
+    for lang in LANGS:
+        for key in _HEADING_KEYS:
+            match = re.match(rf"\s*{re.escape(phrases(lang)[key])}\s*[:：]\s*", line)
+            if match:
+                return line[: match.end()], line[match.end() :]
+    return "", line
+
+
+def _substance(content: str) -> str:
+    """The content without markers, list numbering, brackets and punctuation, lowercased."""
+    content = _MARKER.sub(" ", content)
+    content = re.sub(r"^\s*(?:[-*•]|\d+[.)、])\s*", "", content)
+    return re.sub(r"[\s\[\]()（）.。,，;；:：!！\"'“”]+", " ", content).strip().lower()
+
+
+def tidy(text: str) -> str:
+    """Drop the padding lines a small model writes into the answer format (see above).
+
+    A bare heading stays only when lines of its own (a list) follow it.
+    """
+    text = _PLACEHOLDER.sub(lambda m: m.group(1), text)
+    kept: list[tuple[str, bool]] = []  # (line, is a bare heading)
+    seen: set[str] = set()
+    for line in text.splitlines():
+        heading, content = _heading(line)
+        substance = _substance(content)
+        if not line.strip():
+            kept.append(("", False))
+        elif heading and not _MARKER.sub("", content).strip():
+            kept.append((line.rstrip(), True))
+        elif substance and not _FILLER.fullmatch(substance) and substance not in seen:
+            seen.add(substance)
+            kept.append((line.rstrip(), False))
+    lines = [
+        line
+        for i, (line, bare) in enumerate(kept)
+        if not bare or (i + 1 < len(kept) and kept[i + 1][0] and not _heading(kept[i + 1][0])[0])
+    ]
+    return "\n".join(lines).strip()
 
 
 def best_supporting_passage(text: str, passages: Sequence[Hit]) -> int | None:
@@ -84,10 +141,12 @@ def assemble_answer(
     backend: str,
 ) -> Answer:
     text = generated.strip()
-    if not text or text.startswith(NOT_COVERED_SENTINEL):
+    if text.startswith(NOT_COVERED_SENTINEL) or _SAYS_NOT_COVERED.search(text):
         return not_covered_answer(question, game, lang, hits, backend)
     # Small models sometimes echo the sentinel or a template's "[n]" inside a real answer.
-    text = text.replace(NOT_COVERED_SENTINEL, "").replace("[n]", "").strip()
+    text = tidy(text.replace(NOT_COVERED_SENTINEL, "").replace("[n]", ""))
+    if not text:
+        return not_covered_answer(question, game, lang, hits, backend)
     given = prompt.passages  # marker [n] refers to given[n - 1], which is hits[n - 1]
     text, cited = normalise_markers(text, len(given))
     if not cited:

@@ -95,9 +95,11 @@ class LlamaCppGenerator(Generator):
 class ExtractiveGenerator(Generator):
     """No model: answers with the passages' sentences that best match the question.
 
-    Sentences are scored by word overlap with the question plus a prior for the passage's
-    rank, so a Chinese question (no shared words) still gets the top passage's lead.
-    Quoted sentences stay in the rulebook's language; headings follow the question's.
+    With evidence selected (the sentences the embedder found closest to the question, in
+    any language) it quotes the best of those. Otherwise sentences are scored by word
+    overlap with the question plus a prior for the passage's rank, so a Chinese question
+    (no shared words) still gets the top passage's lead. Quoted sentences stay in the
+    rulebook's language; headings follow the question's.
     """
 
     name = "extractive"
@@ -120,6 +122,8 @@ class ExtractiveGenerator(Generator):
         yield f"{words['heading_unsaid']}: {words['unsaid_default']}\n"
 
     def _pick(self, prompt: Prompt) -> list[tuple[int, str]]:
+        if prompt.evidence:
+            return prompt.evidence[: self._sentences]
         question = set(tokenize(prompt.question))
         scored: list[tuple[float, int, int, str]] = []
         for n, hit in enumerate(prompt.passages, start=1):

@@ -15,9 +15,7 @@ from typing import Any
 
 from rag.lang import detect_lang
 from rag.prompting import phrases
-from rag.types import Lang
-
-LANGS: tuple[Lang, ...] = ("en", "zh")
+from rag.types import LANGS, Lang
 
 # Citation markers ([1], [1, 2], 【1】, [passage 1]) are not prose in either language.
 _MARKER = re.compile(r"[\[【]\s*(?:passage\s*)?\d+(?:\s*[,，、]\s*\d+)*\s*[\]】]", re.I)

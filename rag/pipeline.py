@@ -18,11 +18,12 @@ from rag.chunking import chunk_document
 from rag.corpus import Corpus, slugify, write_manifest
 from rag.embedding import Embedder, embedder_for
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
+from rag.evidence import EvidenceSelector, Sentence, excerpts
 from rag.generation import Generator, make_generator
 from rag.index import IndexStore
 from rag.ingest import SUPPORTED_SUFFIXES, load_document
 from rag.lang import detect_lang
-from rag.prompting import NOT_COVERED_SENTINEL, build_prompt
+from rag.prompting import NOT_COVERED_SENTINEL, Prompt, build_prompt, whole_passages
 from rag.reranking import Reranker, make_reranker
 from rag.retrieval import Retriever
 from rag.settings import Settings, load_settings
@@ -54,6 +55,7 @@ class Pipeline:
         self._reranker = reranker
         self._corpus: Corpus | None = None
         self._retriever: Retriever | None = None
+        self._evidence: EvidenceSelector | None = None
         self._lock = threading.RLock()
 
     # --- components, built on first use -------------------------------------------------
@@ -73,6 +75,15 @@ class Pipeline:
             if self._embedder is None:
                 self._embedder = embedder_for(self.settings)
             return self._embedder
+
+    @property
+    def evidence(self) -> EvidenceSelector:
+        with self._lock:
+            if self._evidence is None:
+                self._evidence = EvidenceSelector(
+                    self.embedder, self.settings.generation.evidence_sentences
+                )
+            return self._evidence
 
     @property
     def generator(self) -> Generator:
@@ -198,15 +209,7 @@ class Pipeline:
         if not retriever.is_relevant(hits):
             answer = not_covered_answer(question, info.slug, lang, hits, self.generator.name)
         else:
-            gen = self.settings.generation
-            prompt = build_prompt(
-                question,
-                lang,
-                hits[: gen.passages],
-                game_title=info.title,
-                passage_chars=gen.passage_chars,
-                history=[(t.question, t.answer) for t in history[-2:]],
-            )
+            prompt = self._prompt(question, lang, info, hits, history)
             gen_started = time.perf_counter()
             pieces: list[str] = []
             for piece in _hold_back_sentinel(self.generator.stream(prompt), pieces):
@@ -218,6 +221,23 @@ class Pipeline:
         timings.total_s = time.perf_counter() - started
         answer.timings = timings
         yield StreamEvent("answer", answer=answer)
+
+    def _prompt(
+        self, question: str, lang: Lang, info: GameInfo, hits: list[Hit], history: Sequence[Turn]
+    ) -> Prompt:
+        gen = self.settings.generation
+        top = hits[: gen.passages]
+        chosen: list[Sentence] = []
+        if gen.evidence_sentences:
+            chosen = self.evidence.choose(_with_context(question, history), top)
+        return build_prompt(
+            question,
+            lang,
+            excerpts(chosen) if chosen else whole_passages(top, gen.passage_chars),
+            game_title=info.title,
+            history=[(t.question, t.answer) for t in history[-2:]],
+            evidence=chosen,
+        )
 
     # --- user rulebooks ------------------------------------------------------------------
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import string
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from rag.evidence import Excerpt, Sentence
 from rag.types import Hit, Lang
 
 # The model answers exactly this when the passages do not cover the question.
@@ -48,6 +50,9 @@ class Prompt:
     question: str
     lang: Lang
     passages: list[Hit]  # passage [n] is passages[n - 1]
+    # The sentences chosen as evidence, best first, as (passage number, sentence); empty
+    # when the prompt shows whole passages.
+    evidence: list[tuple[int, str]] = field(default_factory=list)
 
 
 def shorten(text: str, limit: int) -> str:
@@ -62,25 +67,34 @@ def shorten(text: str, limit: int) -> str:
     return cut.rsplit(" ", 1)[0] + " …"
 
 
+def whole_passages(hits: Sequence[Hit], passage_chars: int) -> list[Excerpt]:
+    """Each passage shown whole, cut near `passage_chars` (when no evidence is selected)."""
+    return [Excerpt(hit, shorten(hit.chunk.text, passage_chars)) for hit in hits]
+
+
 def build_prompt(
     question: str,
     lang: Lang,
-    passages: list[Hit],
+    excerpts: Sequence[Excerpt],
     *,
     game_title: str,
-    passage_chars: int,
     history: list[tuple[str, str]] | None = None,
+    evidence: Sequence[Sentence] = (),
 ) -> Prompt:
+    """Number the excerpts [1]..[n] and fill the templates.
+
+    `evidence` (the chosen sentences, best first) is passed on for the extractive backend.
+    """
     words = phrases(lang)
     system = render("system.txt", game_title=game_title)
     blocks = [
         render(
             "passage.txt",
             n=str(i),
-            section=" › ".join(hit.chunk.section[1:]),  # the title is in the system prompt
-            text=shorten(hit.chunk.text, passage_chars),
+            section=" › ".join(excerpt.hit.chunk.section[1:]),  # the title is in the system prompt
+            text=excerpt.text,
         ).strip()
-        for i, hit in enumerate(passages, start=1)
+        for i, excerpt in enumerate(excerpts, start=1)
     ]
     user = render(
         "user.txt",
@@ -98,4 +112,12 @@ def build_prompt(
         messages.append({"role": "user", "content": earlier_question})
         messages.append({"role": "assistant", "content": earlier_answer})
     messages.append({"role": "user", "content": user})
-    return Prompt(messages=messages, question=question, lang=lang, passages=passages)
+    passages = [excerpt.hit for excerpt in excerpts]
+    number = {hit.chunk.id: n for n, hit in enumerate(passages, start=1)}
+    return Prompt(
+        messages=messages,
+        question=question,
+        lang=lang,
+        passages=passages,
+        evidence=[(number[s.hit.chunk.id], s.text) for s in evidence if s.hit.chunk.id in number],
+    )

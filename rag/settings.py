@@ -78,10 +78,16 @@ class GenerationSettings(BaseModel):
     threads: int = Field(2, ge=1, description="CPU threads for the LLM.")
     temperature: float = Field(0.1, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=16, description="Longest answer, in tokens.")
-    passages: int = Field(
-        4, ge=1, description="Passages put in the prompt (prompt reading dominates latency)."
+    passages: int = Field(5, ge=1, description="Top passages the prompt draws from.")
+    evidence_sentences: int = Field(
+        9,
+        ge=0,
+        description="The prompt shows only this many sentences closest to the question "
+        "(prompt reading dominates latency); 0 shows whole passages.",
     )
-    passage_chars: int = Field(900, ge=100, description="Each prompt passage is cut to this.")
+    passage_chars: int = Field(
+        900, ge=100, description="With evidence_sentences = 0, each passage is cut to this."
+    )
 
 
 class ApiSettings(BaseModel):

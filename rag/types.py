@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 Lang = Literal["en", "zh"]
+LANGS: tuple[Lang, ...] = ("en", "zh")
 ChunkKind = Literal["section", "glossary"]
 
 

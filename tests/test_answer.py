@@ -1,7 +1,7 @@
 from conftest import make_hits
 
 from rag.answer import assemble_answer, normalise_markers
-from rag.prompting import NOT_COVERED_SENTINEL, build_prompt
+from rag.prompting import NOT_COVERED_SENTINEL, build_prompt, whole_passages
 
 HITS = make_hits(
     "Roll the two Spawn dice to attempt a stealth test.",
@@ -11,7 +11,7 @@ HITS = make_hits(
 
 
 def _assemble(text: str, lang: str = "en", given: int = 2):
-    prompt = build_prompt("q?", lang, HITS[:given], game_title="Game", passage_chars=500)  # type: ignore[arg-type]
+    prompt = build_prompt("q?", lang, whole_passages(HITS[:given], 500), game_title="Game")  # type: ignore[arg-type]
     return assemble_answer("q?", "g", lang, text, HITS, prompt, "test")  # type: ignore[arg-type]
 
 
@@ -67,3 +67,35 @@ def test_json_contract_keys() -> None:
     assert set(data["citations"][0]) == {"n", "chunk_id", "game", "section", "text"}
     assert set(data["passages"][0]) == {"rank", "chunk_id", "game", "section", "text", "score"}
     assert set(data["timings"]) == {"retrieve_s", "generate_s", "total_s"}
+
+
+def test_padding_lines_go_with_their_markers() -> None:
+    answer = _assemble(
+        "Conclusion: <Hand limit is 10.> [2]\n"
+        "Procedure: [1]\n"
+        "Conditions and exceptions: None. [1]\n"
+        "Not in the rulebook: <>\n"
+        "[1] [2]"
+    )
+    assert answer.answer.splitlines()[0] == "Conclusion: Hand limit is 10. [2]"
+    assert "None" not in answer.answer and "Procedure" not in answer.answer
+    assert [c.n for c in answer.citations] == [2]  # the padding's [1] cited nothing
+
+
+def test_chinese_filler_and_repeated_lines_are_dropped() -> None:
+    answer = _assemble(
+        "结论: 手牌上限是10张。[2]\n条件与例外: 手牌上限是10张。[2]\n规则书未提及: 无。",
+        lang="zh",
+    )
+    assert answer.answer.splitlines()[0] == "结论: 手牌上限是10张。[2]"
+    assert "条件与例外" not in answer.answer and "无。" not in answer.answer
+
+
+def test_a_heading_over_a_list_stays() -> None:
+    answer = _assemble("Conclusion: Yes. [1]\nConditions and exceptions:\n- Only on your turn. [2]")
+    assert "Conditions and exceptions:\n- Only on your turn. [2]" in answer.answer
+
+
+def test_an_answer_of_only_padding_or_saying_no_passage_answers_abstains() -> None:
+    assert _assemble("Conclusion: [1] [2]\nProcedure: None").abstained
+    assert _assemble("Conclusion: No passage answers the question. [1]").abstained
