@@ -157,7 +157,9 @@ class SharedModels:
         embedding = settings.embedding.model_dump_json(exclude={"batch_size"})
         embedder = _shared(self._embedders, embedding, lambda: embedder_for(settings))
         # The prompt's passage settings are read by the pipeline, not by the generator.
-        generation = settings.generation.model_dump_json(exclude={"passages", "passage_chars"})
+        generation = settings.generation.model_dump_json(
+            exclude={"passages", "passage_chars", "evidence_sentences"}
+        )
         generator = _shared(self._generators, generation, lambda: make_generator(settings))
         return Pipeline(settings, embedder=embedder, generator=generator)
 

@@ -36,7 +36,8 @@ def normalise_markers(text: str, valid: int) -> tuple[str, list[int]]:
     return _MARKER.sub(replace, text), cited
 
 
-_PLACEHOLDER = re.compile(r"<([^<>\n]*)>")
+# A format placeholder the model filled in but kept: <...>, or [...] holding no number.
+_PLACEHOLDER = re.compile(r"<([^<>\n]*)>|\[(?!\s*(?:passage\s*)?\d)([^\[\]\n]*)\]", re.I)
 _FILLER = re.compile(
     r"none|n/?a|nothing|not applicable|no (steps|conditions)( or exceptions)?"
     r"|无|没有|暂无|不适用",
@@ -69,7 +70,7 @@ def tidy(text: str) -> str:
 
     A bare heading stays only when lines of its own (a list) follow it.
     """
-    text = _PLACEHOLDER.sub(lambda m: m.group(1), text)
+    text = _PLACEHOLDER.sub(lambda m: m.group(1) or m.group(2) or "", text)
     kept: list[tuple[str, bool]] = []  # (line, is a bare heading)
     seen: set[str] = set()
     for line in text.splitlines():

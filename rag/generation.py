@@ -6,6 +6,7 @@ extractive backend that needs no model and quotes the passages' best sentences.
 
 from __future__ import annotations
 
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -15,6 +16,11 @@ from typing import TYPE_CHECKING, Any
 from rag.errors import ModelError
 from rag.lang import split_sentences, tokenize
 from rag.prompting import Prompt, phrases
+
+# A sentence (or list item) written this many times means the model is looping.
+MAX_REPEATS = 3
+_MIN_REPEATED_CHARS = 6  # shorter pieces ("[1]", "1.") repeat legitimately
+_LIST_NUMBER = re.compile(r"^\s*(?:\d+[.)、]|[-*•])\s*")
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -77,6 +83,9 @@ class LlamaCppGenerator(Generator):
         return self._llm
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
+        return stop_repeating(self._stream(prompt))
+
+    def _stream(self, prompt: Prompt) -> Iterator[str]:
         with self.lock:
             llm = self.load()
             chunks = llm.create_chat_completion(
@@ -90,6 +99,38 @@ class LlamaCppGenerator(Generator):
                 text = delta.get("content")
                 if text:
                     yield text
+
+
+def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Iterator[str]:
+    """Pass pieces through until one sentence has been written `max_repeats` times.
+
+    Small models sometimes fall into a loop ("10. The hero dies. 11. The hero dies. ...")
+    that would run to max_tokens: 20 s of noise on this CPU. A sentence counts once the
+    next one has begun; the stream then ends, and closing the source stops generation.
+    """
+    written = ""
+    counts: dict[str, int] = {}
+    checked = 0  # sentences of `written` already counted (the last one may be unfinished)
+    try:
+        for piece in pieces:
+            written += piece
+            sentences = [_loop_key(s) for s in split_sentences(written)]
+            for sentence in sentences[checked:-1]:
+                if len(sentence) >= _MIN_REPEATED_CHARS:
+                    counts[sentence] = counts.get(sentence, 0) + 1
+                    if counts[sentence] >= max_repeats:
+                        return
+            checked = max(checked, len(sentences) - 1)
+            yield piece
+    finally:
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()
+
+
+def _loop_key(sentence: str) -> str:
+    """A sentence without its list number, so "11. X" repeats "10. X"."""
+    return _LIST_NUMBER.sub("", sentence).strip()
 
 
 class ExtractiveGenerator(Generator):

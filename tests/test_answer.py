@@ -75,10 +75,12 @@ def test_padding_lines_go_with_their_markers() -> None:
         "Procedure: [1]\n"
         "Conditions and exceptions: None. [1]\n"
         "Not in the rulebook: <>\n"
+        "Conditions and exceptions: [only on your turn] [2]\n"
         "[1] [2]"
     )
     assert answer.answer.splitlines()[0] == "Conclusion: Hand limit is 10. [2]"
     assert "None" not in answer.answer and "Procedure" not in answer.answer
+    assert "Conditions and exceptions: only on your turn [2]" in answer.answer
     assert [c.n for c in answer.citations] == [2]  # the padding's [1] cited nothing
 
 

@@ -1,9 +1,15 @@
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ScriptedGenerator, make_hits
 
-from rag.generation import ExtractiveGenerator, LlamaCppGenerator, make_generator
+from rag.generation import (
+    ExtractiveGenerator,
+    LlamaCppGenerator,
+    make_generator,
+    stop_repeating,
+)
 from rag.pipeline import Pipeline
 from rag.prompting import NOT_COVERED_SENTINEL, build_prompt, whole_passages
 from rag.settings import Settings
@@ -124,3 +130,28 @@ def test_real_gguf_model_loads_and_streams(real_settings: Settings) -> None:
     )
     pieces = list(generator.stream(prompt))
     assert len(pieces) > 1 and "".join(pieces).strip()
+
+
+def test_a_looping_answer_is_cut_after_the_third_copy() -> None:
+    produced: list[str] = []
+
+    def looping() -> Iterator[str]:
+        yield "Conclusion: the mission fails when: 1. The hero dies. "
+        for n in range(2, 200):
+            produced.append(f"{n}.")
+            yield f"{n}. Health drops "
+            yield "below 1. "
+
+    text = "".join(stop_repeating(looping()))
+    assert text.count("Health drops below 1.") == 3
+    assert len(produced) < 6  # generation stopped, not merely hidden
+
+
+def test_a_sentence_said_twice_and_short_repeats_pass() -> None:
+    answer = (
+        "Conclusion: You cannot trade while Frozen. [1]\n"
+        "Conditions and exceptions: You cannot trade while Frozen. [2]\n"
+        "- Roll. [1]\n- Roll. [2]\n- Roll. [3]\n- Roll. [4]\nDone."
+    )
+    pieces = (word + " " for word in answer.split(" "))
+    assert "".join(stop_repeating(pieces)).strip() == answer
