@@ -1,8 +1,9 @@
 """Prompt building from the template files in rag/prompts/.
 
-The system prompt holds the fixed rules (so llama.cpp can reuse its cached prefix); the
-question travels as delimited data, and the answer format comes last in the user message,
-where small models follow it best.
+The system prompt holds the fixed rules and is the same for every game and question, so
+llama.cpp reuses its cached prefix instead of reading it again; the question travels as
+delimited data, and the answer format comes last in the user message, where small models
+follow it best.
 """
 
 from __future__ import annotations
@@ -86,18 +87,19 @@ def build_prompt(
     `evidence` (the chosen sentences, best first) is passed on for the extractive backend.
     """
     words = phrases(lang)
-    system = render("system.txt", game_title=game_title)
+    system = render("system.txt")
     blocks = [
         render(
             "passage.txt",
             n=str(i),
-            section=" › ".join(excerpt.hit.chunk.section[1:]),  # the title is in the system prompt
+            section=" › ".join(excerpt.hit.chunk.section[1:]),  # the title heads the passages
             text=excerpt.text,
         ).strip()
         for i, excerpt in enumerate(excerpts, start=1)
     ]
     user = render(
         "user.txt",
+        game_title=game_title,
         passages="\n\n".join(blocks),
         question=question.strip(),
         lang_name=words["lang_name"],

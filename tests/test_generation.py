@@ -20,6 +20,14 @@ STEALTH = (
 )
 
 
+def test_system_prompt_is_one_cached_prefix_for_every_game_and_question() -> None:
+    hits = make_hits(STEALTH)
+    first = build_prompt("Q one?", "en", whole_passages(hits, 500), game_title="Suros")
+    second = build_prompt("问题二？", "zh", whole_passages(hits, 500), game_title="DECK 52")
+    assert first.messages[0] == second.messages[0]
+    assert "Rulebook of Suros" in first.messages[-1]["content"]
+
+
 def test_prompt_asks_for_the_question_language() -> None:
     hits = make_hits(STEALTH)
     zh = build_prompt("什么时候不能潜行？", "zh", whole_passages(hits, 500), game_title="G")
