@@ -1,9 +1,9 @@
 """Prompt building from the template files in rag/prompts/.
 
-The system prompt holds the fixed rules and the answer format, and is the same for every
-game and question in one language, so llama.cpp reuses its cached prefix instead of reading
-it again (prompt reading is most of the wait on a CPU); the question travels as delimited
-data.
+The system prompt holds the fixed rules and is the same for every game and question, so
+llama.cpp reuses its cached prefix instead of reading it again; the question travels as
+delimited data, and the answer format comes last in the user message, where small models
+follow it best.
 """
 
 from __future__ import annotations
@@ -87,15 +87,7 @@ def build_prompt(
     `evidence` (the chosen sentences, best first) is passed on for the extractive backend.
     """
     words = phrases(lang)
-    system = render(
-        "system.txt",
-        lang_name=words["lang_name"],
-        heading_conclusion=words["heading_conclusion"],
-        heading_procedure=words["heading_procedure"],
-        heading_conditions=words["heading_conditions"],
-        heading_unsaid=words["heading_unsaid"],
-        sentinel=NOT_COVERED_SENTINEL,
-    )
+    system = render("system.txt")
     blocks = [
         render(
             "passage.txt",
@@ -111,6 +103,11 @@ def build_prompt(
         passages="\n\n".join(blocks),
         question=question.strip(),
         lang_name=words["lang_name"],
+        heading_conclusion=words["heading_conclusion"],
+        heading_procedure=words["heading_procedure"],
+        heading_conditions=words["heading_conditions"],
+        heading_unsaid=words["heading_unsaid"],
+        sentinel=NOT_COVERED_SENTINEL,
     )
     messages = [{"role": "system", "content": system}]
     for earlier_question, earlier_answer in history or []:
