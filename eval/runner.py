@@ -145,8 +145,9 @@ def load_gold(path: Path) -> list[GoldItem]:
 
 
 def _item_slug(pipeline: Pipeline, item: GoldItem) -> str | None:
+    """The game the item names (its game field, or the question): no model is run to select."""
     try:
-        return pipeline.resolve_game(item.game, item.question).slug
+        return pipeline.resolve_game(item.game, item.question, by_content=False).slug
     except GameNotFoundError:
         return None
 

@@ -40,7 +40,7 @@ def normalise_markers(text: str, valid: int) -> tuple[str, list[int]]:
 _PLACEHOLDER = re.compile(r"<([^<>\n]*)>|\[(?!\s*(?:passage\s*)?\d)([^\[\]\n]*)\]", re.I)
 _FILLER = re.compile(
     r"none|n/?a|nothing|not applicable|no (steps|conditions)( or exceptions)?"
-    r"|无|没有|暂无|不适用",
+    r"|无|没有|暂无|不适用|没有(具体)?(步骤|条件|例外|条件或例外|条件和例外|(规则书)?未提及的内容)",
     re.I,
 )
 # The prompt's "If no passage answers the question, write only: NOT_IN_RULEBOOK", paraphrased.

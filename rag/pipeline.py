@@ -143,10 +143,16 @@ class Pipeline:
         return found
 
     def resolve_game(
-        self, game: str | None, question: str, history: Sequence[Turn] = ()
+        self,
+        game: str | None,
+        question: str,
+        history: Sequence[Turn] = (),
+        *,
+        by_content: bool = True,
     ) -> GameInfo:
-        """The caller's game, else the one the question names, else the conversation's:
-        the latest turn's game, or the game its question named."""
+        """The caller's game, else the one the question names, else the conversation's
+        (the latest turn's game, or the game its question named), else (`by_content`) the
+        game whose rulebook is clearly closest to the question."""
         if game:
             return self.corpus.resolve(game)
         detected = self.corpus.detect(question)
@@ -158,6 +164,10 @@ class Pipeline:
                 return earlier
         if len(self.corpus.games) == 1:
             return self.corpus.games[0]
+        if by_content:
+            closest = self.ensure_index().clear_best_game(question, self.corpus.slugs)
+            if closest:
+                return self.corpus.resolve(closest)
         raise GameNotFoundError(
             "Which game? Name it in the question or choose one (--game, or the game field).",
             self.corpus.slugs,

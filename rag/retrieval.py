@@ -109,6 +109,23 @@ class Retriever:
             ]
         return hits[:k]
 
+    def clear_best_game(self, query: str, slugs: Sequence[str]) -> str | None:
+        """The game whose closest passage is clearly closer than any other game's, if one is."""
+        vector = self.embedder.embed_query(query)
+        best = sorted(
+            (
+                (found[0][1], slug)
+                for slug in slugs
+                if (found := self.index.search(vector, slug, 1))
+            ),
+            reverse=True,
+        )
+        if not best:
+            return None
+        if len(best) == 1 or best[0][0] - best[1][0] >= self.settings.game_margin:
+            return best[0][1]
+        return None
+
     def is_relevant(self, hits: Sequence[Hit]) -> bool:
         """Whether anything found is close enough to the question to answer from."""
         best = max((h.dense_score for h in hits if h.dense_score is not None), default=None)

@@ -64,6 +64,12 @@ class RetrievalSettings(BaseModel):
     min_dense_score: float = Field(
         0.25, description="Below this best cosine similarity the rulebook is taken as silent."
     )
+    game_margin: float = Field(
+        0.08,
+        ge=0.0,
+        description="A question naming no game goes to the game whose best passage beats "
+        "every other game's by this cosine margin; closer calls ask which game.",
+    )
     hnsw_threshold: int = Field(
         50_000, ge=1, description="Chunk count past which an HNSW index replaces exact search."
     )

@@ -94,6 +94,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("RULEKEEPER_HOME", str(home))
     monkeypatch.delenv("RULEKEEPER_CONFIG", raising=False)
+    # The fake embedder's score margins say nothing about which game a question is about:
+    # a question naming no game is not placed by content here (tests that want it say so).
+    monkeypatch.setenv("RULEKEEPER_RETRIEVAL__GAME_MARGIN", "2.0")
     return home
 
 

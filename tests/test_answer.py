@@ -86,11 +86,12 @@ def test_padding_lines_go_with_their_markers() -> None:
 
 def test_chinese_filler_and_repeated_lines_are_dropped() -> None:
     answer = _assemble(
-        "结论: 手牌上限是10张。[2]\n条件与例外: 手牌上限是10张。[2]\n规则书未提及: 无。",
+        "结论: 手牌上限是10张。[2]\n条件与例外: 手牌上限是10张。[2]\n规则书未提及: 无。\n"
+        "具体做法: 没有条件或例外。[1]\n规则书未提及: 没有规则书未提及的内容。",
         lang="zh",
     )
     assert answer.answer.splitlines()[0] == "结论: 手牌上限是10张。[2]"
-    assert "条件与例外" not in answer.answer and "无。" not in answer.answer
+    assert answer.answer.splitlines()[1:] == ["", "本内容仅供参考，如有冲突以说明书为准。"]
 
 
 def test_a_heading_over_a_list_stays() -> None:

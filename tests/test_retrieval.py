@@ -5,10 +5,11 @@ import pytest
 from conftest import FakeEmbedder
 
 from rag.errors import GameNotFoundError, IndexError_, InputError
+from rag.generation import ExtractiveGenerator
 from rag.index import IndexStore, build_faiss
 from rag.pipeline import Pipeline
 from rag.retrieval import place_glossary, rrf
-from rag.settings import Settings
+from rag.settings import RetrievalSettings, Settings
 
 
 def test_rrf_fuses_ranks_not_scores() -> None:
@@ -108,6 +109,21 @@ def test_stealth_question_finds_the_stealth_rule(pipeline: Pipeline) -> None:
     assert any("Roll the two Spawn dice" in h.chunk.text for h in hits)
 
 
+def test_a_question_naming_no_game_goes_to_the_clearly_closest_rulebook(
+    settings: Settings,
+) -> None:
+    def pipeline_with_margin(margin: float) -> Pipeline:
+        retrieval = settings.retrieval.model_copy(update={"game_margin": margin})
+        configured = settings.model_copy(update={"retrieval": retrieval})
+        return Pipeline(configured, embedder=FakeEmbedder(), generator=ExtractiveGenerator())
+
+    question = "how do Ichor tokens on gear work?"
+    info, hits = pipeline_with_margin(0.0).retrieve(question)
+    assert info.slug == "suros" and hits[0].chunk.game == "suros"
+    with pytest.raises(GameNotFoundError, match="Which game"):
+        pipeline_with_margin(2.0).retrieve(question)  # no game can be that much closer
+
+
 def test_unknown_or_missing_game_is_not_guessed(pipeline: Pipeline) -> None:
     with pytest.raises(GameNotFoundError) as err:
         pipeline.retrieve("when can't I do a stealth test?")
@@ -145,6 +161,17 @@ def test_chinese_question_picks_the_deciding_english_sentence_as_evidence(
     chosen = pipe.evidence.choose(question, hits)
     assert len(chosen) == real_settings.generation.evidence_sentences
     assert any("DO NOT have any monster cards attached" in s.text for s in chosen)
+
+
+@pytest.mark.real_models
+def test_real_embedder_places_a_question_naming_no_game(real_settings: Settings) -> None:
+    default_margin = RetrievalSettings().game_margin
+    retrieval = real_settings.retrieval.model_copy(update={"game_margin": default_margin})
+    pipe = Pipeline(real_settings.model_copy(update={"retrieval": retrieval}))
+    info, _ = pipe.retrieve("怪物生成在玩家格，是立刻激活吗？")
+    assert info.slug == "maximum-apocalypse"
+    info, _ = pipe.retrieve("how many AP do I gain at the start of my turn?")
+    assert info.slug == "suros"
 
 
 class _YesForStealth:
