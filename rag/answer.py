@@ -36,8 +36,11 @@ def normalise_markers(text: str, valid: int) -> tuple[str, list[int]]:
     return _MARKER.sub(replace, text), cited
 
 
-# A format placeholder the model filled in but kept: <...>, or [...] holding no number.
-_PLACEHOLDER = re.compile(r"<([^<>\n]*)>|\[(?!\s*(?:passage\s*)?\d)([^\[\]\n]*)\]", re.I)
+# A format placeholder the model filled in but kept around a line's whole content: <...>, or
+# [...] holding no number, then maybe markers. Other angle brackets are text ("HP <1").
+_PLACEHOLDER = re.compile(
+    r"\s*(?:<([^<>\n]*)>|\[(?!\s*(?:passage\s*)?\d)([^\[\]\n]*)\])\s*((?:\[\d+\]\s*)*)", re.I
+)
 _FILLER = re.compile(
     r"none|n/?a|nothing|not applicable|no (steps|conditions)( or exceptions)?"
     r"|无|没有|暂无|不适用|没有(具体)?(步骤|条件|例外|条件或例外|条件和例外|(规则书)?未提及的内容)",
@@ -70,11 +73,15 @@ def tidy(text: str) -> str:
 
     A bare heading stays only when lines of its own (a list) follow it.
     """
-    text = _PLACEHOLDER.sub(lambda m: m.group(1) or m.group(2) or "", text)
     kept: list[tuple[str, bool]] = []  # (line, is a bare heading)
     seen: set[str] = set()
     for line in text.splitlines():
         heading, content = _heading(line)
+        placeholder = _PLACEHOLDER.fullmatch(content)
+        if placeholder:
+            filled, markers = placeholder.group(1) or placeholder.group(2) or "", placeholder[3]
+            content = f"{filled} {markers}".strip()
+            line = heading + content
         substance = _substance(content)
         if not line.strip():
             kept.append(("", False))

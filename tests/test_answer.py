@@ -102,3 +102,8 @@ def test_a_heading_over_a_list_stays() -> None:
 def test_an_answer_of_only_padding_or_saying_no_passage_answers_abstains() -> None:
     assert _assemble("Conclusion: [1] [2]\nProcedure: None").abstained
     assert _assemble("Conclusion: No passage answers the question. [1]").abstained
+
+
+def test_angle_brackets_inside_text_are_kept() -> None:
+    answer = _assemble("Conclusion: a hero with HP <1 or >5 is out [2]")
+    assert answer.answer.startswith("Conclusion: a hero with HP <1 or >5 is out [2]")
