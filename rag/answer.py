@@ -98,6 +98,33 @@ def tidy(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+_NUMBER = re.compile(r"(?<![\[\d.])\d+(?![\]\d])")
+_WORDS_1_TO_12 = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+                  "eleven", "twelve")  # fmt: skip
+_NUMBER_WORDS = {word: str(n) for n, word in enumerate(_WORDS_1_TO_12, start=1)}
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers a text states: digits, and English number words as digits."""
+    text = _MARKER.sub(" ", text)
+    words = {_NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS}
+    return set(_NUMBER.findall(text)) | words
+
+
+def invented_numbers(conclusion: str, passages: Sequence[Hit]) -> set[str]:
+    """Numbers in the conclusion that no given passage states.
+
+    A small model asked "how many..." about something the rulebook never gives answers with
+    a number anyway ("10", "4"); a number found in none of its passages is invented, so the
+    answer is not grounded and the pipeline abstains instead.
+    """
+    _, content = _heading(conclusion)
+    stated = set().union(
+        *(_numbers(f"{hit.chunk.section_path} {hit.chunk.text}") for hit in passages)
+    )
+    return _numbers(content) - stated
+
+
 def best_supporting_passage(text: str, passages: Sequence[Hit]) -> int | None:
     """1-based number of the passage sharing most words with the text, if any shares one."""
     words = set(tokenize(text))
@@ -153,9 +180,11 @@ def assemble_answer(
         return not_covered_answer(question, game, lang, hits, backend)
     # Small models sometimes echo the sentinel or a template's "[n]" inside a real answer.
     text = tidy(text.replace(NOT_COVERED_SENTINEL, "").replace("[n]", ""))
-    if not text:
-        return not_covered_answer(question, game, lang, hits, backend)
-    given = prompt.passages  # marker [n] refers to given[n - 1], which is hits[n - 1]
+    given = prompt.passages
+    if not text or invented_numbers(text.split("\n", 1)[0], given):
+        return not_covered_answer(
+            question, game, lang, hits, backend
+        )  # marker [n] refers to given[n - 1], which is hits[n - 1]
     text, cited = normalise_markers(text, len(given))
     if not cited:
         support = best_supporting_passage(text, given)

@@ -1,7 +1,10 @@
+from dataclasses import replace
+
 from conftest import make_hits
 
-from rag.answer import assemble_answer, normalise_markers
+from rag.answer import assemble_answer, invented_numbers, normalise_markers
 from rag.prompting import NOT_COVERED_SENTINEL, build_prompt, whole_passages
+from rag.types import Hit
 
 HITS = make_hits(
     "Roll the two Spawn dice to attempt a stealth test.",
@@ -105,5 +108,23 @@ def test_an_answer_of_only_padding_or_saying_no_passage_answers_abstains() -> No
 
 
 def test_angle_brackets_inside_text_are_kept() -> None:
-    answer = _assemble("Conclusion: a hero with HP <1 or >5 is out [2]")
-    assert answer.answer.startswith("Conclusion: a hero with HP <1 or >5 is out [2]")
+    answer = _assemble("Conclusion: keep <10 cards, draw >two [2]")
+    assert answer.answer.startswith("Conclusion: keep <10 cards, draw >two [2]")
+
+
+def test_a_number_no_passage_states_makes_the_answer_abstain() -> None:
+    # HITS state "two" (passage 1) and "10" (passage 2) only.
+    assert _assemble("Conclusion: 4 tadpoles [1]").abstained
+    assert not _assemble("Conclusion: 10 cards [2]").abstained
+    assert not _assemble("Conclusion: roll 2 dice [1]").abstained  # "two" in the rule
+    # only the conclusion is checked: later lines may count steps
+    assert not _assemble(
+        "Conclusion: roll the two dice [1]\nProcedure: 3. then compare [1]"
+    ).abstained
+
+
+def test_invented_numbers_ignores_markers_and_section_numbers() -> None:
+    hit = make_hits("Pick a starting player.")[0]
+    numbered = Hit(replace(hit.chunk, section=("Game", "7. Pick a starting player")), 1.0, 1, 0.8)
+    assert invented_numbers("Conclusion: see step 7 [1][2]", [numbered]) == set()
+    assert invented_numbers("Conclusion: eleven or 12", [numbered]) == {"11", "12"}

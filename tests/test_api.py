@@ -554,7 +554,7 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
         name = "echo"
 
         def stream(self, prompt: Prompt) -> Iterator[str]:
-            yield f"You asked: {prompt.question} [1]"
+            yield f"Conclusion: an echo [1]\nYou asked: {prompt.question}"
 
     echo = Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=Echo())
     url = serve_api(echo, queue_size=64)

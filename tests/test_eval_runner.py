@@ -86,7 +86,9 @@ GOLD: list[dict[str, Any]] = [
 
 REPLIES = {
     EN_Q: "Conclusion: you gain 3 AP at the beginning of each turn except your first [1].",
-    ZH_Q: "结论：除第一回合外，每个玩家回合开始时获得 3AP [1]。",
+    # the number is off the conclusion line: the fake embedder's passages for a Chinese
+    # question need not state it, and a conclusion's unstated number makes the answer abstain
+    ZH_Q: "结论：除第一回合外，每个玩家回合开始时都获得行动点 [1]。\n具体做法：获得 3AP [1]。",
     LOOT_Q: "Conclusion: draw 2 LOOT cards to the hero's Inventory [1].",
     ONLINE_Q: NOT_COVERED_SENTINEL,
 }
