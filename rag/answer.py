@@ -4,8 +4,9 @@ Small models pad the answer format: placeholders kept in angle brackets, lines t
 only "None" or "无", lines of bare markers, a line repeating an earlier one. Those lines
 go (with their markers, which cite nothing). Markers are then normalised to [n]; a marker
 that points at no passage is dropped; an answer left with no marker is repaired by citing
-the passage sharing most words with it. The sentinel NOT_IN_RULEBOOK (or an answer left
-empty) turns into an abstention in the asker's language.
+the passage sharing most words with it. The sentinel NOT_IN_RULEBOOK, an answer left
+empty, or a conclusion stating a number no given passage states turns into an abstention
+in the asker's language.
 """
 
 from __future__ import annotations
