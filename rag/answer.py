@@ -99,7 +99,8 @@ def tidy(text: str) -> str:
     return "\n".join(lines).strip()
 
 
-_NUMBER = re.compile(r"(?<![\[\d.])\d+(?![\]\d])")
+# A number standing alone: not a marker, not part of a name like "D6" or "Mission2".
+_NUMBER = re.compile(r"(?<![\[\d.A-Za-z])\d+(?![\]\d])")
 _WORDS_1_TO_12 = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
                   "eleven", "twelve")  # fmt: skip
 _NUMBER_WORDS = {word: str(n) for n, word in enumerate(_WORDS_1_TO_12, start=1)}

@@ -128,3 +128,4 @@ def test_invented_numbers_ignores_markers_and_section_numbers() -> None:
     numbered = Hit(replace(hit.chunk, section=("Game", "7. Pick a starting player")), 1.0, 1, 0.8)
     assert invented_numbers("Conclusion: see step 7 [1][2]", [numbered]) == set()
     assert invented_numbers("Conclusion: eleven or 12", [numbered]) == {"11", "12"}
+    assert invented_numbers("Conclusion: roll a D6, gain 3AP", [numbered]) == {"3"}
