@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag.errors import ModelError
-from rag.lang import split_sentences, tokenize
+from rag.lang import sentence_spans, split_sentences, tokenize
 from rag.prompting import Prompt, phrases
 
 # A sentence (or list item) written this many times means the model is looping.
@@ -108,19 +109,20 @@ def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Ite
     that would run to max_tokens: 20 s of noise on this CPU. A sentence counts once the
     next one has begun; the stream then ends, and closing the source stops generation.
     """
-    written = ""
-    counts: dict[str, int] = {}
-    checked = 0  # sentences of `written` already counted (the last one may be unfinished)
+    unfinished = ""  # the text after the last sentence counted
+    counts: Counter[str] = Counter()
     try:
         for piece in pieces:
-            written += piece
-            sentences = [_loop_key(s) for s in split_sentences(written)]
-            for sentence in sentences[checked:-1]:
+            unfinished += piece
+            spans = sentence_spans(unfinished)
+            for start, end in spans[:-1]:
+                sentence = _loop_key(unfinished[start:end])
                 if len(sentence) >= _MIN_REPEATED_CHARS:
-                    counts[sentence] = counts.get(sentence, 0) + 1
+                    counts[sentence] += 1
                     if counts[sentence] >= max_repeats:
                         return
-            checked = max(checked, len(sentences) - 1)
+            if len(spans) > 1:
+                unfinished = unfinished[spans[-1][0] :]
             yield piece
     finally:
         close = getattr(pieces, "close", None)
