@@ -9,25 +9,33 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rag.errors import ModelError
+from rag.types import Precision
 
 if TYPE_CHECKING:
     from rag.settings import Settings
 
 Progress = Callable[[int, int], None]  # (done, total)
-Precision = Literal["float32", "bfloat16", "int8"]
+_RECENT_QUERIES = 64  # query vectors kept (a few KB each)
 
 
 class Embedder(ABC):
     """Turns texts into L2-normalised float32 vectors (cosine = inner product)."""
 
     name: str
+
+    def __init__(self) -> None:
+        # Game detection, retrieval and evidence selection each embed the same question:
+        # the recent query vectors are kept so the model runs once per question.
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
 
     @abstractmethod
     def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
@@ -50,7 +58,18 @@ class Embedder(ABC):
         return _normalise(np.vstack(batches))
 
     def embed_query(self, text: str) -> np.ndarray:
-        return _normalise(self._encode([text], query=True))[0]
+        """The query's vector (read-only: it is shared by every caller of the same text)."""
+        with self._queries_lock:
+            if text in self._queries:
+                self._queries.move_to_end(text)
+                return self._queries[text]
+        vector = _normalise(self._encode([text], query=True))[0]
+        vector.setflags(write=False)
+        with self._queries_lock:
+            self._queries[text] = vector
+            if len(self._queries) > _RECENT_QUERIES:
+                self._queries.popitem(last=False)
+        return vector
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -63,6 +82,7 @@ class SentenceTransformerEmbedder(Embedder):
     """Any sentence-transformers model folder or name; loaded on first use."""
 
     def __init__(self, name: str, location: str, *, precision: Precision = "float32") -> None:
+        super().__init__()
         # The name goes into the index manifest: another precision needs its own vectors.
         self.name = name if precision == "float32" else f"{name}@{precision}"
         self._location = location

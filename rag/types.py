@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 Lang = Literal["en", "zh"]
 LANGS: tuple[Lang, ...] = ("en", "zh")
+Precision = Literal["float32", "bfloat16", "int8"]  # an embedder's weights
 ChunkKind = Literal["section", "glossary"]
 
 

@@ -57,6 +57,7 @@ class FakeEmbedder(Embedder):
     name = "fake-hash-embedder"
 
     def __init__(self, dim: int = 256) -> None:
+        super().__init__()
         self._dim = dim
 
     @property

@@ -92,3 +92,19 @@ def test_zero_evidence_sentences_shows_whole_passages(settings: Settings) -> Non
     )
     assert generator.prompts[0].evidence == []
     assert len(generator.prompts[0].passages) == whole.generation.passages
+
+
+def test_the_question_is_embedded_once_per_answer(settings: Settings) -> None:
+    class QueryCounting(FakeEmbedder):
+        queries = 0
+
+        def _encode(self, texts, *, query):  # type: ignore[no-untyped-def]
+            self.queries += query
+            return super()._encode(texts, query=query)
+
+    embedder = QueryCounting()
+    pipeline = Pipeline(settings, embedder=embedder, generator=ScriptedGenerator())
+    pipeline.ensure_index()
+    pipeline.ask("What is the hand limit?", "Maximum Apocalypse")  # retrieval and evidence
+    assert embedder.queries == 1
+    assert not embedder.embed_query("What is the hand limit?").flags.writeable  # shared
