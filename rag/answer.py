@@ -3,8 +3,9 @@
 Small models pad the answer format: placeholders kept in angle brackets, lines that say
 only "None" or "无", lines of bare markers, a line repeating an earlier one. Those lines
 go (with their markers, which cite nothing). Markers are then normalised to [n]; a marker
-that points at no passage is dropped; an answer left with no marker is repaired by citing
-the passage sharing most words with it. The sentinel NOT_IN_RULEBOOK, an answer left
+that points at no passage is dropped; each claim keeps the markers of the passages that
+support it (rag.citations); an answer left with no marker cites the passage that best
+supports its first line. The sentinel NOT_IN_RULEBOOK, an answer left
 empty, or a conclusion stating a number no given passage states turns into an abstention
 in the asker's language.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rag.citations import SupportScorer, recite
 from rag.lang import tokenize
 from rag.prompting import NOT_COVERED_SENTINEL, Prompt, phrases
 from rag.types import LANGS, Answer, Citation, Hit, Lang
@@ -127,8 +129,13 @@ def invented_numbers(conclusion: str, passages: Sequence[Hit]) -> set[str]:
     return _numbers(content) - stated
 
 
-def best_supporting_passage(text: str, passages: Sequence[Hit]) -> int | None:
-    """1-based number of the passage sharing most words with the text, if any shares one."""
+def best_supporting_passage(
+    text: str, passages: Sequence[Hit], support: SupportScorer | None = None
+) -> int | None:
+    """1-based number of the passage supporting the text best: by `support` when given,
+    else the one sharing most words with it, if any shares one (no use across languages)."""
+    if support is not None and passages:
+        return int(support([text])[0].argmax()) + 1
     words = set(tokenize(text))
     overlaps = [len(words & set(tokenize(h.chunk.text))) for h in passages]
     if not overlaps or max(overlaps) == 0:
@@ -176,7 +183,10 @@ def assemble_answer(
     hits: list[Hit],
     prompt: Prompt,
     backend: str,
+    support: SupportScorer | None = None,
 ) -> Answer:
+    """`support` scores claims against the given passages (see rag.citations); without it
+    markers are only checked for pointing at a given passage."""
     text = generated.strip()
     if text.startswith(NOT_COVERED_SENTINEL) or _SAYS_NOT_COVERED.search(text):
         return not_covered_answer(question, game, lang, hits, backend)
@@ -188,12 +198,14 @@ def assemble_answer(
             question, game, lang, hits, backend
         )  # marker [n] refers to given[n - 1], which is hits[n - 1]
     text, cited = normalise_markers(text, len(given))
+    if cited and support is not None:
+        text, cited = normalise_markers(recite(text, support), len(given))
     if not cited:
-        support = best_supporting_passage(text, given)
-        if support is not None:
-            first_line, _, rest = text.partition("\n")
-            text = f"{first_line} [{support}]" + (f"\n{rest}" if rest else "")
-            cited = [support]
+        first_line, _, rest = text.partition("\n")
+        best = best_supporting_passage(first_line, given, support)
+        if best is not None:
+            text = f"{first_line} [{best}]" + (f"\n{rest}" if rest else "")
+            cited = [best]
     return Answer(
         question=question,
         game=game,

@@ -73,6 +73,17 @@ class EvidenceSelector:
             )
         return sorted(ranked, key=lambda s: s.score, reverse=True)
 
+    def support(self, claims: Sequence[str], hits: Sequence[Hit]) -> np.ndarray:
+        """How well each passage supports each claim: the best cosine similarity between
+        the claim and one of the passage's sentences; shape (claims, passages)."""
+        claim_vectors = self.embedder.embed_passages(list(claims))
+        scores = np.zeros((len(claims), len(hits)), dtype=np.float32)
+        for column, hit in enumerate(hits):
+            texts, vectors = self._sentences_of(hit)
+            if texts:
+                scores[:, column] = (claim_vectors @ vectors.T).max(axis=1)
+        return scores
+
     def choose(self, question: str, hits: Sequence[Hit]) -> list[Sentence]:
         """The `sentences` best sentences, best first."""
         return self.rank(question, hits)[: self.sentences]

@@ -226,7 +226,14 @@ class Pipeline:
                 yield StreamEvent("token", text=piece)
             timings.generate_s = time.perf_counter() - gen_started
             answer = assemble_answer(
-                question, info.slug, lang, "".join(pieces), hits, prompt, self.generator.name
+                question,
+                info.slug,
+                lang,
+                "".join(pieces),
+                hits,
+                prompt,
+                self.generator.name,
+                support=lambda claims: self.evidence.support(claims, prompt.passages),
             )
         timings.total_s = time.perf_counter() - started
         answer.timings = timings

@@ -16,6 +16,7 @@ from functools import cache
 from importlib import resources
 
 from rag.evidence import Excerpt, Sentence
+from rag.rewording import both_sides
 from rag.types import Hit, Lang
 
 # The model answers exactly this when the passages do not cover the question.
@@ -101,7 +102,7 @@ def build_prompt(
         "user.txt",
         game_title=game_title,
         passages="\n\n".join(blocks),
-        question=question.strip(),
+        question=both_sides(question, lang, evidence[0].text if evidence else None).strip(),
         lang_name=words["lang_name"],
         heading_conclusion=words["heading_conclusion"],
         heading_procedure=words["heading_procedure"],

@@ -1,5 +1,7 @@
+from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 from conftest import make_hits
 
 from rag.answer import assemble_answer, invented_numbers, normalise_markers
@@ -129,3 +131,40 @@ def test_invented_numbers_ignores_markers_and_section_numbers() -> None:
     assert invented_numbers("Conclusion: see step 7 [1][2]", [numbered]) == set()
     assert invented_numbers("Conclusion: eleven or 12", [numbered]) == {"11", "12"}
     assert invented_numbers("Conclusion: roll a D6, gain 3AP", [numbered]) == {"3"}
+
+
+def _support_for_passage(best: int):
+    """A support scorer under which passage `best` (1-based) supports every claim."""
+
+    def support(claims: Sequence[str]) -> np.ndarray:
+        scores = np.full((len(claims), 2), 0.3, dtype=np.float32)
+        scores[:, best - 1] = 0.9
+        return scores
+
+    return support
+
+
+def test_with_a_support_scorer_claims_cite_the_passage_supporting_them() -> None:
+    prompt = build_prompt("q?", "zh", whole_passages(HITS[:2], 500), game_title="Game")
+    cited_wrong = "结论: 手牌上限是十张。 [1]"
+    answer = assemble_answer(
+        "q?", "g", "zh", cited_wrong, HITS, prompt, "test", support=_support_for_passage(2)
+    )
+    assert answer.answer.startswith("结论: 手牌上限是十张。 [2]")
+    assert [c.n for c in answer.citations] == [2]
+
+
+def test_with_a_support_scorer_an_unmarked_answer_cites_across_languages() -> None:
+    """Word overlap cannot match a Chinese line to English passages; the scorer can."""
+    prompt = build_prompt("q?", "zh", whole_passages(HITS[:2], 500), game_title="Game")
+    answer = assemble_answer(
+        "q?",
+        "g",
+        "zh",
+        "结论: 手牌上限是十张。\n其他",
+        HITS,
+        prompt,
+        "test",
+        support=_support_for_passage(2),
+    )
+    assert answer.answer.startswith("结论: 手牌上限是十张。 [2]\n其他")

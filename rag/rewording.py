@@ -1,0 +1,87 @@
+"""Question rewording for the LLM: "when can't I X?" becomes "when can I X, and when not?".
+
+A 1.5B model answers in the polarity of the question: it copies the rule's condition and
+puts the question's "can't" in front of it. That is right when the rule itself says
+"cannot" ("you cannot place an enchantment token on a card that already has one"), and
+backwards when the rule says when something is allowed: asked "when can't I do a stealth
+test?", it states the very case in which the rulebook allows one. So a negated when/where
+question is asked both ways round unless the sentence closest to it is itself negative.
+Only the question the model reads is reworded; retrieval, evidence selection and the
+answer's language use the question as asked.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rag.types import Lang
+
+# Negated modal → its positive form.
+_EN_POSITIVE = {
+    "can't": "can",
+    "cannot": "can",
+    "can not": "can",
+    "may not": "may",
+    "don't": "do",
+    "doesn't": "does",
+    "won't": "will",
+    "isn't": "is",
+    "aren't": "are",
+}
+_EN_QUESTION = re.compile(
+    r"^(?P<lead>.*?\b(?P<wh>when|where|in which (?:cases?|situations?)"
+    r"|in what (?:cases?|situations?)|under what (?:conditions?|circumstances))\s+)"
+    r"(?P<neg>" + "|".join(re.escape(n) for n in _EN_POSITIVE) + r")\s+"
+    r"(?P<rest>[^?]+?)\s*\?*\s*$",
+    re.IGNORECASE,
+)
+
+_ZH_POSITIVE = {
+    "不可以": "可以",
+    "不需要": "需要",
+    "不能": "可以",
+    "不可": "可以",
+    "无法": "可以",
+    "不会": "会",
+    "不得": "可以",
+    "不用": "需要",
+}
+_ZH_QUESTION = re.compile(
+    r"^(?P<lead>.*?(?P<wh>什么时候|何时|什么情况下|哪些情况下|哪种情况下|什么条件下|在哪里|哪里))"
+    r"(?P<subject>[^，。？?！]{0,8}?)"
+    r"(?P<neg>" + "|".join(_ZH_POSITIVE) + r")"
+    r"(?P<rest>[^？?]+?)\s*[？?]*\s*$"
+)
+
+
+# A negation in a rulebook sentence, English or Chinese.
+_NEGATION = re.compile(r"\b(?:not|no|never|cannot|\w+n't)\b|[不没无非]|禁止", re.IGNORECASE)
+# A leading condition ("If you ... DO NOT have ..., you may ..."): its negation is not the
+# rule's; what the rule allows or forbids is in the clause after it.
+_LEADING_CONDITION = re.compile(
+    r"^\s*(?:(?:if|when|whenever|while|unless)\b[^,]*,|(?:如果|若|当)[^，,]*[，,])", re.IGNORECASE
+)
+
+
+def _is_negative(rule: str) -> bool:
+    return bool(_NEGATION.search(_LEADING_CONDITION.sub("", rule.replace("\u2019", "'"))))
+
+
+def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> str:
+    """The question asking when something is allowed and when not, if it asks only the
+    "not" side as a when/where question and `closest_rule` (the rulebook sentence closest
+    to it, if known) is not itself negative; otherwise the question unchanged."""
+    text = question.strip().replace("\u2019", "'")
+    if closest_rule is not None and _is_negative(closest_rule):
+        return question
+    if lang == "zh":
+        zh = _ZH_QUESTION.match(text)
+        if zh:
+            positive = _ZH_POSITIVE[zh["neg"]]
+            return f"{zh['lead']}{zh['subject']}{positive}{zh['rest']}，{zh['wh']}{zh['neg']}？"
+        return question
+    en = _EN_QUESTION.match(text)
+    if en:
+        positive = _EN_POSITIVE[en["neg"].lower()]
+        return f"{en['lead']}{positive} {en['rest']}, and {en['wh'].lower()} not?"
+    return question

@@ -1,0 +1,74 @@
+import pytest
+
+from rag.prompting import build_prompt
+from rag.rewording import both_sides
+
+
+@pytest.mark.parametrize(
+    ("question", "lang", "reworded"),
+    [
+        ("when can't I do a stealth test?", "en", "when can I do a stealth test, and when not?"),
+        ("When can’t I trade", "en", "When can I trade, and when not?"),
+        ("Where cannot a player end?", "en", "Where can a player end, and where not?"),
+        (
+            "In which cases don't docile monsters activate?",
+            "en",
+            "In which cases do docile monsters activate, and in which cases not?",
+        ),
+        ("什么时候不能进行潜行判定？", "zh", "什么时候可以进行潜行判定，什么时候不能？"),
+        ("玩家什么时候不会受到推动？", "zh", "玩家什么时候会受到推动，什么时候不会？"),
+    ],
+)
+def test_negated_when_questions_are_asked_both_ways(
+    question: str, lang: str, reworded: str
+) -> None:
+    assert both_sides(question, lang) == reworded  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
+    [
+        ("when can I do a stealth test?", "en"),
+        ("can't I trade survivor cards?", "en"),  # a yes/no question has no "when" to split
+        ("why can't I move diagonally?", "en"),
+        ("怪物生成在玩家格，是立刻激活吗？", "zh"),
+        ("什么时候可以搜刮？", "zh"),
+    ],
+)
+def test_other_questions_are_left_alone(question: str, lang: str) -> None:
+    assert both_sides(question, lang) == question  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "You cannot place an enchantment token on a card that already has one.",
+        "The Hero becomes TIRED and can't use the Ability until he/she RESTS.",
+        "Monsters with this trait do not activate unless damaged.",
+        "如果玩家无法移动，则不会受到推动。",
+        "If a player cannot move, they do not suffer push.",
+    ],
+)
+def test_a_negative_closest_rule_keeps_the_question(rule: str) -> None:
+    """The model copies a "cannot" rule correctly when the question also says "can't"."""
+    assert both_sides("when can't I do it?", "en", rule) == "when can't I do it?"
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "If you enter a tile and DO NOT have any monster cards attached, you may attempt one.",
+        "Test: Perform a Stealth test, then resolve the Success or Fail text.",
+        "如果你身上没有怪物卡，可以进行潜行判定。",
+    ],
+)
+def test_a_positive_closest_rule_rewords(rule: str) -> None:
+    """A negation inside the rule's leading condition is not the rule's own."""
+    reworded = both_sides("when can't I do a stealth test?", "en", rule)
+    assert reworded == "when can I do a stealth test, and when not?"
+
+
+def test_the_model_reads_the_reworded_question_but_the_prompt_keeps_the_asked_one() -> None:
+    prompt = build_prompt("什么时候不能进行潜行判定？", "zh", [], game_title="Game")
+    assert "<<<什么时候可以进行潜行判定，什么时候不能？>>>" in prompt.messages[-1]["content"]
+    assert prompt.question == "什么时候不能进行潜行判定？"
