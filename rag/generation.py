@@ -22,6 +22,8 @@ from rag.prompting import Prompt, phrases
 MAX_REPEATS = 3
 _MIN_REPEATED_CHARS = 6  # shorter pieces ("[1]", "1.") repeat legitimately
 _LIST_NUMBER = re.compile(r"^\s*(?:\d+[.)、]|[-*•])\s*")
+# This much whitespace in a row is a model stuck writing blanks, not an answer's layout.
+MAX_BLANK_RUN = 24
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -50,6 +52,7 @@ class LlamaCppGenerator(Generator):
         threads: int = 2,
         temperature: float = 0.1,
         max_tokens: int = 512,
+        seed: int | None = None,
     ) -> None:
         self.name = f"llama:{name}"
         self.model_path = model_path
@@ -57,6 +60,7 @@ class LlamaCppGenerator(Generator):
         self._threads = threads
         self._temperature = temperature
         self._max_tokens = max_tokens
+        self._seed = seed
         self._llm: Any = None
         # llama.cpp contexts are not thread-safe: one generation at a time per model.
         self.lock = threading.Lock()
@@ -93,6 +97,7 @@ class LlamaCppGenerator(Generator):
                 messages=prompt.messages,
                 temperature=self._temperature,
                 max_tokens=self._max_tokens,
+                seed=self._seed,
                 stream=True,
             )
             for chunk in chunks:
@@ -103,16 +108,23 @@ class LlamaCppGenerator(Generator):
 
 
 def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Iterator[str]:
-    """Pass pieces through until one sentence has been written `max_repeats` times.
+    """Pass pieces through until one sentence has been written `max_repeats` times, or a
+    run of MAX_BLANK_RUN whitespace characters.
 
-    Small models sometimes fall into a loop ("10. The hero dies. 11. The hero dies. ...")
-    that would run to max_tokens: 20 s of noise on this CPU. A sentence counts once the
-    next one has begun; the stream then ends, and closing the source stops generation.
+    Small models sometimes fall into a loop ("10. The hero dies. 11. The hero dies. ...",
+    or "[1] [2]" followed by blanks) that would run to max_tokens: 20 s of noise on this
+    CPU. A sentence counts once the next one has begun; the stream then ends, and closing
+    the source stops generation.
     """
     unfinished = ""  # the text after the last sentence counted
     counts: Counter[str] = Counter()
+    blank_run = 0
     try:
         for piece in pieces:
+            content = piece.rstrip()
+            blank_run = blank_run + len(piece) if not content else len(piece) - len(content)
+            if blank_run >= MAX_BLANK_RUN:
+                return
             unfinished += piece
             spans = sentence_spans(unfinished)
             for start, end in spans[:-1]:
@@ -193,6 +205,7 @@ def make_llama_generator(settings: Settings) -> LlamaCppGenerator:
         threads=gen.threads,
         temperature=gen.temperature,
         max_tokens=gen.max_tokens,
+        seed=gen.seed,
     )
 
 

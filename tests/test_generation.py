@@ -1,3 +1,4 @@
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from rag.generation import (
     make_generator,
     stop_repeating,
 )
+from rag.lang import split_sentences
 from rag.pipeline import Pipeline
 from rag.prompting import NOT_COVERED_SENTINEL, build_prompt, whole_passages
 from rag.settings import Settings
@@ -155,6 +157,20 @@ def test_a_looping_answer_is_cut_after_the_third_copy() -> None:
     assert len(produced) < 6  # generation stopped, not merely hidden
 
 
+def test_a_run_of_blanks_ends_the_answer() -> None:
+    produced: list[str] = []
+
+    def blanks() -> Iterator[str]:
+        yield "Conclusion: [1] [2]"
+        for _ in range(200):
+            produced.append(" ")
+            yield " "
+        yield "[12]"
+
+    assert "".join(stop_repeating(blanks())).strip() == "Conclusion: [1] [2]"
+    assert len(produced) < 30
+
+
 def test_a_sentence_said_twice_and_short_repeats_pass() -> None:
     answer = (
         "Conclusion: You cannot trade while Frozen. [1]\n"
@@ -163,3 +179,27 @@ def test_a_sentence_said_twice_and_short_repeats_pass() -> None:
     )
     pieces = (word + " " for word in answer.split(" "))
     assert "".join(stop_repeating(pieces)).strip() == answer
+
+
+# A conclusion sentence giving the stealth rule backwards: forbidding the test exactly when
+# the player has no monster card attached, the case in which the rulebook allows it.
+_FORBIDS = re.compile(r"can't|cannot|can not|may not|不能|不可以|无法", re.IGNORECASE)
+_NO_CARDS = re.compile(r"do not have|don't have|no monster card|without|没有|未", re.IGNORECASE)
+
+
+_STEALTH_QUESTIONS = ["when can't I do a stealth test?", "什么时候不能进行潜行判定？"]
+
+
+@pytest.mark.real_models
+@pytest.mark.parametrize("question", _STEALTH_QUESTIONS)
+def test_default_llm_answers_the_negated_stealth_question_the_right_way_round(
+    real_settings: Settings, question: str
+) -> None:
+    answer = Pipeline(real_settings).ask(question, "Maximum Apocalypse")
+    assert answer.backend == "llama:qwen2.5-1.5b-instruct" and not answer.abstained
+    conclusion = answer.answer.split("\n", 1)[0]
+    assert re.search(r"attached|附着|附加", conclusion), conclusion
+    for sentence in split_sentences(conclusion):
+        assert not (_FORBIDS.search(sentence) and _NO_CARDS.search(sentence)), conclusion
+    cited = {c.section.rsplit(" › ", 1)[-1] for c in answer.citations}
+    assert "Encountering monster tokens" in cited
