@@ -24,6 +24,7 @@ _MIN_REPEATED_CHARS = 6  # shorter pieces ("[1]", "1.") repeat legitimately
 _LIST_NUMBER = re.compile(r"^\s*(?:\d+[.)、]|[-*•])\s*")
 # This much whitespace in a row is a model stuck writing blanks, not an answer's layout.
 MAX_BLANK_RUN = 24
+_BLANK_RUN = re.compile(rf"\s{{{MAX_BLANK_RUN}}}")
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -118,13 +119,16 @@ def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Ite
     """
     unfinished = ""  # the text after the last sentence counted
     counts: Counter[str] = Counter()
-    blank_run = 0
+    blanks = ""  # the whitespace the text so far ends with
     try:
         for piece in pieces:
-            content = piece.rstrip()
-            blank_run = blank_run + len(piece) if not content else len(piece) - len(content)
-            if blank_run >= MAX_BLANK_RUN:
+            # One token can hold a long run of spaces followed by text ("       [12").
+            run = _BLANK_RUN.search(blanks + piece)
+            if run:
+                yield piece[: max(0, run.start() - len(blanks))]
                 return
+            window = blanks + piece
+            blanks = window[len(window.rstrip()) :]
             unfinished += piece
             spans = sentence_spans(unfinished)
             for start, end in spans[:-1]:
