@@ -51,6 +51,8 @@ _FILLER = re.compile(
 )
 # The prompt's "If no passage answers the question, write only: NOT_IN_RULEBOOK", paraphrased.
 _SAYS_NOT_COVERED = re.compile(r"no passage answers the question", re.I)
+# A marker cut off where a stopped stream ended ("… [8").
+_CUT_MARKER = re.compile(r"\s*[\[【]\s*\d*\s*$")
 _HEADING_KEYS = ("heading_conclusion", "heading_procedure", "heading_conditions", "heading_unsaid")
 
 
@@ -78,7 +80,7 @@ def tidy(text: str) -> str:
     """
     kept: list[tuple[str, bool]] = []  # (line, is a bare heading)
     seen: set[str] = set()
-    for line in text.splitlines():
+    for line in _CUT_MARKER.sub("", text).splitlines():
         heading, content = _heading(line)
         placeholder = _PLACEHOLDER.fullmatch(content)
         if placeholder:

@@ -22,9 +22,10 @@ from rag.prompting import Prompt, phrases
 MAX_REPEATS = 3
 _MIN_REPEATED_CHARS = 6  # shorter pieces ("[1]", "1.") repeat legitimately
 _LIST_NUMBER = re.compile(r"^\s*(?:\d+[.)、]|[-*•])\s*")
-# This much whitespace in a row is a model stuck writing blanks, not an answer's layout.
-MAX_BLANK_RUN = 24
-_BLANK_RUN = re.compile(rf"\s{{{MAX_BLANK_RUN}}}")
+# This many markers in a row, nothing between them, is a model counting, not citing.
+MAX_MARKER_RUN = 8
+_MARKER_RUN = re.compile(rf"(?:\[\d+\]\s*){{{MAX_MARKER_RUN}}}")
+_RECENT_CHARS = 200  # enough text to hold such a run split over many tokens
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -109,26 +110,22 @@ class LlamaCppGenerator(Generator):
 
 
 def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Iterator[str]:
-    """Pass pieces through until one sentence has been written `max_repeats` times, or a
-    run of MAX_BLANK_RUN whitespace characters.
+    """Pass pieces through until one sentence has been written `max_repeats` times, or
+    MAX_MARKER_RUN markers in a row.
 
-    Small models sometimes fall into a loop ("10. The hero dies. 11. The hero dies. ...",
-    or "[1] [2]" followed by blanks) that would run to max_tokens: 20 s of noise on this
-    CPU. A sentence counts once the next one has begun; the stream then ends, and closing
-    the source stops generation.
+    Small models sometimes fall into a loop that would run to max_tokens, 20 s of noise on
+    this CPU: "10. The hero dies. 11. The hero dies. ...", or "[1] [2] [3] [4] [5] ..."
+    counting far past the passages given. A sentence counts once the next one has begun;
+    the stream then ends, and closing the source stops generation.
     """
     unfinished = ""  # the text after the last sentence counted
     counts: Counter[str] = Counter()
-    blanks = ""  # the whitespace the text so far ends with
+    recent = ""
     try:
         for piece in pieces:
-            # One token can hold a long run of spaces followed by text ("       [12").
-            run = _BLANK_RUN.search(blanks + piece)
-            if run:
-                yield piece[: max(0, run.start() - len(blanks))]
+            recent = (recent + piece)[-_RECENT_CHARS:]
+            if _MARKER_RUN.search(recent):
                 return
-            window = blanks + piece
-            blanks = window[len(window.rstrip()) :]
             unfinished += piece
             spans = sentence_spans(unfinished)
             for start, end in spans[:-1]:

@@ -89,6 +89,13 @@ def test_padding_lines_go_with_their_markers() -> None:
     assert [c.n for c in answer.citations] == [2]  # the padding's [1] cited nothing
 
 
+def test_an_answer_of_counted_markers_cut_off_by_the_loop_guard_abstains() -> None:
+    answer = _assemble("结论: [1] [2] [3] [4]    [8", lang="zh")
+    assert answer.abstained and answer.citations == []
+    kept = _assemble("Conclusion: Hand limit is 10. [2] [", given=2)
+    assert kept.answer.startswith("Conclusion: Hand limit is 10. [2]\n")
+
+
 def test_chinese_filler_and_repeated_lines_are_dropped() -> None:
     answer = _assemble(
         "结论: 手牌上限是10张。[2]\n条件与例外: 手牌上限是10张。[2]\n规则书未提及: 无。\n"
