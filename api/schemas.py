@@ -1,16 +1,18 @@
 """Request and response schemas: what the OpenAPI document shows, with examples.
 
 Requests and responses are separate models. `AskResponse` mirrors `Answer.to_json()`, the
-public `rules ask --json` contract, plus the conversation id.
+public `rules ask --json` contract, plus the conversation id; `QuotesEvent` is the rule text
+`/v1/ask/stream` sends before the conclusion is written.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rag.types import Answer
+from rag.types import Answer, StreamEvent
 
 CONVERSATION_ID = r"^[A-Za-z0-9_-]{8,64}$"
 MAX_HISTORY = 20
@@ -106,6 +108,28 @@ class CitationOut(BaseModel):
     text: str
 
 
+class QuoteOut(BaseModel):
+    n: int = Field(description="The `[n]` marker of the quote's passage (its citation).")
+    chunk_id: str
+    game: str
+    section: str = Field(description="Section path, ` › ` joined.")
+    page: int | None = Field(description="Rulebook page, for formats with pages.")
+    text: str = Field(description="The rulebook sentence, verbatim.")
+    translation: str | None = Field(
+        description="The sentence in the asker's language, when it is not the rulebook's "
+        "and a translation passed the checks."
+    )
+
+
+class CheckOut(BaseModel):
+    name: str = Field(
+        description="What was checked: `quotes`, `selection`, `numbers`, `negation`, "
+        "`markers`, `translation`, `conclusion`, …"
+    )
+    passed: bool
+    detail: str = Field(description="What the check found; may be empty.")
+
+
 class PassageOut(BaseModel):
     rank: int
     chunk_id: str
@@ -129,7 +153,8 @@ class AskResponse(BaseModel):
                     "question": "How many cards does each player draw?",
                     "game": "suros",
                     "lang": "en",
-                    "answer": "Conclusion: Each player draws two cards [1]\n\nThis answer is "
+                    "answer": "Conclusion: Each player draws two cards. [1]\n\nRule text:\n"
+                    "[1] Setup p. 4: “Each player draws two cards.”\n\nThis answer is "
                     "for reference only; where they differ, the rulebook prevails.",
                     "abstained": False,
                     "citations": [
@@ -152,7 +177,26 @@ class AskResponse(BaseModel):
                         }
                     ],
                     "timings": {"retrieve_s": 0.012, "generate_s": 0.003, "total_s": 0.016},
-                    "backend": "extractive",
+                    "backend": "llama:qwen2.5-1.5b",
+                    "conclusion": "Each player draws two cards.",
+                    "quotes": [
+                        {
+                            "n": 1,
+                            "chunk_id": "suros-0007",
+                            "game": "suros",
+                            "section": "Suros › Setup",
+                            "page": 4,
+                            "text": "Each player draws two cards.",
+                            "translation": None,
+                        }
+                    ],
+                    "checks": [
+                        {"name": "quotes", "passed": True, "detail": "1 shown"},
+                        {"name": "selection", "passed": True, "detail": "sentences [1]"},
+                        {"name": "markers", "passed": True, "detail": ""},
+                        {"name": "numbers", "passed": True, "detail": ""},
+                        {"name": "negation", "passed": True, "detail": ""},
+                    ],
                     "conversation_id": "c_7Qm2xY9kLp3Z",
                 }
             ]
@@ -161,12 +205,27 @@ class AskResponse(BaseModel):
     question: str
     game: str | None = Field(description="Slug of the game answered about.")
     lang: Literal["en", "zh"]
-    answer: str = Field(description="Every `[n]` marker refers to an entry of `citations`.")
+    answer: str = Field(
+        description="The answer as shown: the conclusion (or, when one failed a check, a "
+        "line saying to read the rule) and the rule text; or, when `abstained`, that the "
+        "rulebook does not say. Then a reminder. Every `[n]` marker refers to an entry of "
+        "`citations`."
+    )
     abstained: bool = Field(description="True when the rulebook does not cover the question.")
     citations: list[CitationOut]
     passages: list[PassageOut]
     timings: TimingsOut
     backend: str = Field(description="The generator that answered.")
+    conclusion: str | None = Field(
+        description="The checked conclusion shown in `answer`; null when none was written "
+        "(no model, or the rulebook is silent) or it failed a check (see `checks`)."
+    )
+    quotes: list[QuoteOut] = Field(
+        description="The rule text: rulebook sentences, verbatim, that the answer rests on."
+    )
+    checks: list[CheckOut] = Field(
+        description="The checks the answer went through before its conclusion was shown."
+    )
     conversation_id: str | None = Field(
         None, description="Pass it back to ask a follow-up; null when `history` was given."
     )
@@ -174,6 +233,20 @@ class AskResponse(BaseModel):
     @classmethod
     def of(cls, answer: Answer, conversation_id: str | None) -> AskResponse:
         return cls.model_validate({**answer.to_json(), "conversation_id": conversation_id})
+
+
+class QuotesEvent(BaseModel):
+    """The data of a `quotes` event of `/v1/ask/stream`: the rule text, before any token."""
+
+    text: str = Field(description="The rule text rendered for display, in the asker's language.")
+    quotes: list[QuoteOut] = Field(description="The same quotes, one by one.")
+
+    @classmethod
+    def of(cls, event: StreamEvent) -> QuotesEvent:
+        return cls(
+            text=event.text,
+            quotes=[QuoteOut.model_validate(asdict(q)) for q in event.quotes],
+        )
 
 
 # --- games and the rulebook view ------------------------------------------------------------

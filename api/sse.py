@@ -28,6 +28,11 @@ def frame(data: Any, event: str | None = None) -> str:
     return f"{head}data: {payload}\n\n"
 
 
+def comment(text: str = "") -> str:
+    """A comment line: clients ignore it, but it keeps proxies from closing an idle stream."""
+    return f": {text}\n\n" if text else ":\n\n"
+
+
 def _error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc

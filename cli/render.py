@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from rich.console import Group
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
@@ -43,14 +44,18 @@ def stream_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
 def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
     answer: Answer | None = None
     if ui.rich:
-        streamed = ""
+        draft = ""
+        quotes = ""
         with Live(Spinner("dots", "Looking it up…"), console=ui.out, refresh_per_second=12) as live:
             for event in events:
-                if event.kind == "token":
-                    streamed += event.text
-                    live.update(_answer_text(streamed), refresh=True)  # each token, at once
+                if event.kind == "quotes":
+                    quotes = event.text  # the rule text, before any LLM token
+                elif event.kind == "token":
+                    draft += event.text
                 else:
                     answer = event.answer
+                    break
+                live.update(_in_progress(draft, quotes), refresh=True)
             assert answer is not None  # ask_stream always ends with the answer
             live.update(_answer_text(answer.answer))
         return answer
@@ -59,6 +64,12 @@ def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
     assert answer is not None
     ui.text(answer.answer)
     return answer
+
+
+def _in_progress(draft: str, quotes: str) -> Group:
+    """The rule text found so far, with the conclusion's draft (not yet checked) above it."""
+    head = Text(draft, style="dim") if draft else Spinner("dots", "Checking the rule…")
+    return Group(head, Text(), _answer_text(quotes))
 
 
 def print_sources(ui: Ui, answer: Answer) -> None:

@@ -156,9 +156,9 @@ class SharedModels:
     def __call__(self, settings: Settings) -> Pipeline:
         embedding = settings.embedding.model_dump_json(exclude={"batch_size"})
         embedder = _shared(self._embedders, embedding, lambda: embedder_for(settings))
-        # The prompt's passage settings are read by the pipeline, not by the generator.
+        # The candidate and quote settings are read by the pipeline, not by the generator.
         generation = settings.generation.model_dump_json(
-            exclude={"passages", "passage_chars", "evidence_sentences"}
+            exclude={"passages", "evidence_sentences", "quotes"}
         )
         generator = _shared(self._generators, generation, lambda: make_generator(settings))
         return Pipeline(settings, embedder=embedder, generator=generator)

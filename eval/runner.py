@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from rag.answering.checks import unsupported_numbers
 from rag.errors import GameNotFoundError, InputError
 from rag.metrics import (
+    PROBE_FIELDS,
     ItemScore,
     abstention_correct,
     answer_language,
@@ -25,6 +27,7 @@ from rag.metrics import (
     facts_covered,
     first_hit_rank,
     supported_citations,
+    way_round_problems,
 )
 from rag.pipeline import Pipeline
 from rag.types import Answer, Lang
@@ -57,6 +60,11 @@ class GoldItem:
     key_facts: tuple[tuple[str, ...], ...]
     type: str
     raw: dict[str, Any]  # the line as written, extra fields included, echoed into items.jsonl
+
+    @property
+    def probe(self) -> dict[str, Any]:
+        """The probe fields (polarity, right_way, wrong_way) the item has; empty if none."""
+        return {name: self.raw[name] for name in PROBE_FIELDS if name in self.raw}
 
 
 def _text(data: dict[str, Any], name: str, *, allow_empty: bool = False) -> str:
@@ -99,6 +107,11 @@ def parse_item(data: Any) -> GoldItem:
     key_facts = tuple(_texts(fact, "key_facts[]") for fact in data["key_facts"])
     if not all(key_facts):
         raise ValueError("each key fact needs at least one wording")
+    if "polarity" in data:
+        _choice(data, "polarity", ("yes", "no"))
+    for name in ("right_way", "wrong_way"):
+        if name in data:
+            _texts(data[name], name)
     return GoldItem(
         id=_text(data, "id"),
         game=data["game"],
@@ -206,6 +219,10 @@ def _ranked_texts(pipeline: Pipeline, item: GoldItem, answer: Answer, k: int) ->
 
 
 def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: float) -> ItemScore:
+    conclusion = answer.conclusion
+    right_way = None
+    if item.probe and conclusion:
+        right_way = not way_round_problems(conclusion, item.lang, item.probe)
     return ItemScore(
         lang=item.lang,
         game=answer.game or UNRESOLVED,
@@ -218,6 +235,12 @@ def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: flo
         supported=supported_citations((c.text for c in answer.citations), item.evidence),
         answer_lang=answer_language(answer.answer),
         latency_s=round(latency_s, 4),
+        concluded=conclusion is not None,
+        right_way=right_way,
+        probe=bool(item.probe),
+        invented_number=bool(
+            conclusion and unsupported_numbers(conclusion, [q.text for q in answer.quotes])
+        ),
     )
 
 

@@ -1,10 +1,15 @@
 """Validate the gold Q&A evaluation set (eval/gold/gold.jsonl).
 
-Standalone (stdlib only). Usage:
+Needs only the standard library and rag.metrics (the eval's own right-way-round check).
+Usage:
 
     python3 eval/validate_gold.py [--gold eval/gold/gold.jsonl] [--corpus corpus]
 
 Prints every problem found plus a summary, and exits 1 if there is any problem.
+
+Optional probe fields (eval/gold/probe.jsonl), each checked against the item's own answer:
+polarity ("yes"/"no": the answer opens with that conclusion), right_way (the answer contains
+one of these strings) and wrong_way (the answer contains none of them); case-folded substrings.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rag.metrics import PROBE_FIELDS, way_round_problems
+from rag.types import Lang
+
 FIELDS: dict[str, tuple[type, ...]] = {
     "id": (str,),
     "game": (str, type(None)),
@@ -30,6 +38,13 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "key_facts": (list,),
     "type": (str,),
 }
+# Optional fields of probe items: whether a conclusion is the right way round.
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "polarity": (str,),
+    "right_way": (list,),
+    "wrong_way": (list,),
+}
+POLARITIES = frozenset({"yes", "no"})
 LANGS = frozenset({"en", "zh"})
 TYPES = frozenset(
     {"lookup", "procedure", "condition", "exception", "multi_hop", "definition", "unanswerable"}
@@ -88,6 +103,24 @@ def resolve_game(name: str, games: dict[str, Game]) -> Game | None:
 def games_named_in(question: str, games: dict[str, Game]) -> list[str]:
     q = question.casefold()
     return [g.slug for g in games.values() if any(n in q for n in g.names)]
+
+
+def check_probe(item: dict[str, Any], where: str) -> list[str]:
+    """Shape of the optional probe fields, and the item's answer passes its own check
+    (the one `rules eval` applies to shown conclusions)."""
+    problems: list[str] = []
+    if "polarity" in item and item["polarity"] not in POLARITIES:
+        problems.append(f"{where}: polarity {item['polarity']!r} not in {sorted(POLARITIES)}")
+        return problems
+    for name in ("right_way", "wrong_way"):
+        if name in item and not _check_str_list(item[name], f"{where}: {name}", problems):
+            return problems
+    probe = {name: item[name] for name in PROBE_FIELDS if name in item}
+    lang: Lang = "zh" if item["lang"] == "zh" else "en"
+    problems += [
+        f"{where}: gold answer {p}" for p in way_round_problems(item["answer"], lang, probe)
+    ]
+    return problems
 
 
 def _check_str_list(value: Any, where: str, problems: list[str]) -> list[str]:
@@ -205,12 +238,16 @@ def validate_gold(gold_path: Path, corpus_dir: Path) -> list[str]:
         if isinstance(obj.get("id"), str):
             where = f"{where} ({obj['id']})"
         missing = [k for k in FIELDS if k not in obj]
-        extra = sorted(k for k in obj if k not in FIELDS)
+        extra = sorted(k for k in obj if k not in FIELDS and k not in OPTIONAL_FIELDS)
         if missing:
             problems.append(f"{where}: missing fields {missing}")
         if extra:
             problems.append(f"{where}: extra fields {extra}")
-        wrong = [k for k, types in FIELDS.items() if k in obj and not isinstance(obj[k], types)]
+        wrong = [
+            k
+            for k, types in (FIELDS | OPTIONAL_FIELDS).items()
+            if k in obj and not isinstance(obj[k], types)
+        ]
         if wrong:
             problems.append(f"{where}: wrong type for {wrong}")
         if missing or wrong:
@@ -220,6 +257,7 @@ def validate_gold(gold_path: Path, corpus_dir: Path) -> list[str]:
         else:
             seen_ids[obj["id"]] = where
         problems.extend(check_item(obj, where, games))
+        problems.extend(check_probe(obj, where))
     return problems
 
 

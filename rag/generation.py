@@ -1,7 +1,10 @@
-"""Generators: turn a prompt (chat messages plus the numbered passages) into a token stream.
+"""Generators: the model behind an answer's selection and conclusion.
 
-Two backends behind one interface: a local GGUF model through llama-cpp-python, and an
-extractive backend that needs no model and quotes the passages' best sentences.
+Two backends behind one interface. The extractive backend runs no model: an answer is its
+quote layer alone (the candidate sentences closest to the question, verbatim). A local GGUF
+model through llama-cpp-python adds what the answering stages ask of it: which candidate
+sentences answer the question, and a conclusion, each reply shaped by a JSON schema that
+llama.cpp turns into a grammar, so its form cannot go wrong.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag.errors import ModelError
-from rag.lang import sentence_spans, split_sentences, tokenize
-from rag.prompting import Prompt, phrases
+from rag.lang import sentence_spans
+from rag.prompting import Prompt
 
 # A sentence (or list item) written this many times means the model is looping.
 MAX_REPEATS = 3
@@ -33,10 +36,11 @@ if TYPE_CHECKING:
 
 class Generator(ABC):
     name: str
+    writes = True  # False: no model; answers are the quote layer alone
 
     @abstractmethod
     def stream(self, prompt: Prompt) -> Iterator[str]:
-        """Yield the answer's text piece by piece as it is produced."""
+        """Yield the reply's text piece by piece as it is produced."""
 
     def complete(self, prompt: Prompt) -> str:
         return "".join(self.stream(prompt))
@@ -55,6 +59,7 @@ class LlamaCppGenerator(Generator):
         temperature: float = 0.1,
         max_tokens: int = 512,
         seed: int | None = None,
+        prompt_lookup: int = 0,
     ) -> None:
         self.name = f"llama:{name}"
         self.model_path = model_path
@@ -63,6 +68,7 @@ class LlamaCppGenerator(Generator):
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._seed = seed
+        self._prompt_lookup = prompt_lookup
         self._llm: Any = None
         # llama.cpp contexts are not thread-safe: one generation at a time per model.
         self.lock = threading.Lock()
@@ -80,11 +86,19 @@ class LlamaCppGenerator(Generator):
                 raise ModelError(
                     f"GGUF model {self.model_path} not found: run `rules models fetch`."
                 )
+            draft = None
+            if self._prompt_lookup:
+                # Drafts the next tokens from n-grams of the prompt: a conclusion or a
+                # translation copies rule wording, so drafts are often accepted whole.
+                from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+                draft = LlamaPromptLookupDecoding(num_pred_tokens=self._prompt_lookup)
             self._llm = Llama(
                 model_path=str(self.model_path),
                 n_ctx=self._n_ctx,
                 n_threads=self._threads,
                 n_threads_batch=self._threads,
+                draft_model=draft,
                 verbose=False,
             )
         return self._llm
@@ -95,11 +109,13 @@ class LlamaCppGenerator(Generator):
     def _stream(self, prompt: Prompt) -> Iterator[str]:
         with self.lock:
             llm = self.load()
+            shape = {"type": "json_object", "schema": prompt.schema} if prompt.schema else None
             chunks = llm.create_chat_completion(
                 messages=prompt.messages,
                 temperature=self._temperature,
-                max_tokens=self._max_tokens,
+                max_tokens=prompt.max_tokens or self._max_tokens,
                 seed=self._seed,
+                response_format=shape,
                 stream=True,
             )
             for chunk in chunks:
@@ -149,49 +165,14 @@ def _loop_key(sentence: str) -> str:
 
 
 class ExtractiveGenerator(Generator):
-    """No model: answers with the passages' sentences that best match the question.
-
-    With evidence selected (the sentences the embedder found closest to the question, in
-    any language) it quotes the best of those. Otherwise sentences are scored by word
-    overlap with the question plus a prior for the passage's rank, so a Chinese question
-    (no shared words) still gets the top passage's lead. Quoted sentences stay in the
-    rulebook's language; headings follow the question's.
-    """
+    """No model: an answer is the quote layer alone (the candidate sentences closest to
+    the question, verbatim), with no selection or conclusion written."""
 
     name = "extractive"
-
-    def __init__(self, sentences: int = 4) -> None:
-        self._sentences = sentences
+    writes = False
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
-        words = phrases(prompt.lang)
-        picked = self._pick(prompt)
-        if not picked:
-            yield words["not_covered"]
-            return
-        (first_n, first), *rest = picked
-        yield f"{words['heading_conclusion']}: {first} [{first_n}]\n"
-        if rest:
-            yield f"{words['heading_conditions']}:\n"
-            for n, sentence in rest:
-                yield f"- {sentence} [{n}]\n"
-        yield f"{words['heading_unsaid']}: {words['unsaid_default']}\n"
-
-    def _pick(self, prompt: Prompt) -> list[tuple[int, str]]:
-        if prompt.evidence:
-            return prompt.evidence[: self._sentences]
-        question = set(tokenize(prompt.question))
-        scored: list[tuple[float, int, int, str]] = []
-        for n, hit in enumerate(prompt.passages, start=1):
-            for position, sentence in enumerate(split_sentences(hit.chunk.text)):
-                overlap = len(question & set(tokenize(sentence)))
-                prior = 1.0 / (n + position)
-                scored.append((overlap + prior, n, position, sentence.strip()))
-        best = sorted(scored, key=lambda s: s[0], reverse=True)[: self._sentences]
-        # Present the chosen sentences in reading order within the best passage first.
-        lead = best[0][1] if best else 0
-        best.sort(key=lambda s: (s[1] != lead, s[1], s[2]))
-        return [(n, sentence) for _, n, _, sentence in best if sentence]
+        raise ModelError("The extractive backend runs no model; nothing should prompt it.")
 
 
 def make_llama_generator(settings: Settings) -> LlamaCppGenerator:
@@ -207,6 +188,7 @@ def make_llama_generator(settings: Settings) -> LlamaCppGenerator:
         temperature=gen.temperature,
         max_tokens=gen.max_tokens,
         seed=gen.seed,
+        prompt_lookup=gen.prompt_lookup,
     )
 
 

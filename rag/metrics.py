@@ -70,6 +70,44 @@ def supported_citations(citation_texts: Iterable[str], evidence: Sequence[str]) 
     return sum(contains_any(text, evidence) for text in citation_texts)
 
 
+# --- the right way round (probe items: polarity, right_way, wrong_way) -------------------
+
+_EN_OPENER = re.compile(r"(yes|no)\b")
+# Chinese "no" openers are tried first: 不会 is not 会.
+_ZH_NO = ("不", "否", "没", "并不", "并没", "并非", "无法", "无需", "无须")
+_ZH_YES = ("是", "对", "可以", "会", "能", "需要", "要", "必须", "算", "有", "当然", "允许", "行")
+_LEADING = re.compile(r"^[\s*_#>\"'“”‘’「」『』【】()（）:：-]+")
+PROBE_FIELDS = ("polarity", "right_way", "wrong_way")
+
+
+def opens_with(answer: str, lang: Lang) -> str | None:
+    """The yes or no a conclusion opens with (en yes/no; zh 是/可以/会… or 不/否/没…)."""
+    head = _LEADING.sub("", answer).casefold()
+    match = _EN_OPENER.match(head)
+    if match:
+        return match.group(1)
+    if lang == "zh":
+        if head.startswith(_ZH_NO):
+            return "no"
+        if head.startswith(_ZH_YES):
+            return "yes"
+    return None
+
+
+def way_round_problems(conclusion: str, lang: Lang, probe: dict[str, Any]) -> list[str]:
+    """Why a conclusion is not the right way round by the item's probe fields (none: it is):
+    it opens with the expected yes or no, holds a right_way wording, and no wrong_way one."""
+    problems = []
+    if "polarity" in probe and opens_with(conclusion, lang) != probe["polarity"]:
+        problems.append(f"does not open with {probe['polarity']!r}")
+    if "right_way" in probe and not contains_any(conclusion, probe["right_way"]):
+        problems.append("holds no right_way wording")
+    wrong = [w for w in probe.get("wrong_way", []) if contains_any(conclusion, [w])]
+    if wrong:
+        problems.append(f"holds wrong_way wording {wrong}")
+    return problems
+
+
 # --- language ---------------------------------------------------------------------------
 
 
@@ -139,6 +177,10 @@ class ItemScore:
     answer_lang: Lang | None = None
     latency_s: float | None = None  # None when no answer was produced
     error: str | None = None
+    concluded: bool = False  # a checked conclusion was shown
+    right_way: bool | None = None  # probe items with a conclusion shown: the right way round?
+    probe: bool = False  # the item has probe fields
+    invented_number: bool = False  # the shown conclusion states a number its quotes do not
 
     @property
     def fact_recall(self) -> float | None:
@@ -169,6 +211,9 @@ class ItemScore:
             "language_match": self.lang_ok,
             "latency_s": self.latency_s,
             "error": self.error,
+            "conclusion_shown": self.concluded,
+            "right_way_round": self.right_way,
+            "invented_number": self.invented_number,
         }
 
 
@@ -195,6 +240,12 @@ def summarise(scores: Sequence[ItemScore], ks: Sequence[int] = (1, 5)) -> dict[s
             sum(s.supported for s in answerable), sum(s.citations for s in answerable)
         ),
         "language_match": share([s.lang_ok for s in scores]),
+        # The share of answerable items with a checked conclusion shown, and of probe items'
+        # shown conclusions that are the right way round (a withheld one is neither).
+        "conclusion_shown": share([s.concluded for s in answerable]),
+        "right_way_round": share([s.right_way for s in scores if s.right_way is not None]),
+        "probe_conclusion_shown": share([s.concluded for s in scores if s.probe]),
+        "invented_numbers_shown": sum(s.invented_number for s in scores),
     }
     latencies = [s.latency_s for s in scores if s.latency_s is not None]
     latency = {"p50_s": percentile(latencies, 50), "p95_s": percentile(latencies, 95)}

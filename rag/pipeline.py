@@ -13,17 +13,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag.answer import assemble_answer, not_covered_answer
+from rag.answering.answerer import Answerer, Question
+from rag.answering.assembly import not_covered_answer
+from rag.answering.candidates import CandidateSelector
 from rag.chunking import chunk_document
 from rag.corpus import Corpus, slugify, write_manifest
 from rag.embedding import Embedder, embedder_for
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
-from rag.evidence import EvidenceSelector, Sentence, excerpts
 from rag.generation import Generator, make_generator
 from rag.index import IndexStore
 from rag.ingest import SUPPORTED_SUFFIXES, load_document
 from rag.lang import detect_lang
-from rag.prompting import NOT_COVERED_SENTINEL, Prompt, build_prompt, whole_passages
 from rag.reranking import Reranker, make_reranker
 from rag.retrieval import Retriever
 from rag.settings import Settings, load_settings
@@ -55,7 +55,7 @@ class Pipeline:
         self._reranker = reranker
         self._corpus: Corpus | None = None
         self._retriever: Retriever | None = None
-        self._evidence: EvidenceSelector | None = None
+        self._answerer: Answerer | None = None
         self._lock = threading.RLock()
 
     # --- components, built on first use -------------------------------------------------
@@ -77,13 +77,13 @@ class Pipeline:
             return self._embedder
 
     @property
-    def evidence(self) -> EvidenceSelector:
+    def answerer(self) -> Answerer:
         with self._lock:
-            if self._evidence is None:
-                self._evidence = EvidenceSelector(
-                    self.embedder, self.settings.generation.evidence_sentences
-                )
-            return self._evidence
+            if self._answerer is None:
+                gen = self.settings.generation
+                candidates = CandidateSelector(self.embedder, gen.evidence_sentences)
+                self._answerer = Answerer(candidates, self.generator, gen)
+            return self._answerer
 
     @property
     def generator(self) -> Generator:
@@ -211,50 +211,29 @@ class Pipeline:
         k: int | None = None,
         history: Sequence[Turn] = (),
     ) -> Iterator[StreamEvent]:
+        """The rule text as soon as retrieval is done, the conclusion as it is written, then
+        the final answer (see rag.answering)."""
         started = time.perf_counter()
         info, hits = self.retrieve(question, game, k, history)
         lang: Lang = detect_lang(question)
-        timings = Timings(retrieve_s=time.perf_counter() - started)
-        retriever = self.ensure_index()
-        if not retriever.is_relevant(hits):
+        retrieve_s = time.perf_counter() - started
+        answer: Answer | None = None
+        if not self.ensure_index().is_relevant(hits):
             answer = not_covered_answer(question, info.slug, lang, hits, self.generator.name)
         else:
-            prompt = self._prompt(question, lang, info, hits, history)
-            gen_started = time.perf_counter()
-            pieces: list[str] = []
-            for piece in _hold_back_sentinel(self.generator.stream(prompt), pieces):
-                yield StreamEvent("token", text=piece)
-            timings.generate_s = time.perf_counter() - gen_started
-            answer = assemble_answer(
-                question,
-                info.slug,
-                lang,
-                "".join(pieces),
-                hits,
-                prompt,
-                self.generator.name,
-                support=lambda claims: self.evidence.support(claims, prompt.passages),
-            )
-        timings.total_s = time.perf_counter() - started
-        answer.timings = timings
-        yield StreamEvent("answer", answer=answer)
-
-    def _prompt(
-        self, question: str, lang: Lang, info: GameInfo, hits: list[Hit], history: Sequence[Turn]
-    ) -> Prompt:
-        gen = self.settings.generation
-        top = hits[: gen.passages]
-        chosen: list[Sentence] = []
-        if gen.evidence_sentences:
-            chosen = self.evidence.choose(_with_context(question, history), top)
-        return build_prompt(
-            question,
-            lang,
-            excerpts(chosen) if chosen else whole_passages(top, gen.passage_chars),
-            game_title=info.title,
-            history=[(t.question, t.answer) for t in history[-2:]],
-            evidence=chosen,
+            earlier = history[-1].question if history else None
+            asked = Question(question.strip(), lang, info, earlier)
+            for event in self.answerer.stream(asked, hits):
+                if event.kind != "answer":
+                    yield event
+                answer = event.answer or answer
+        assert answer is not None  # the answerer always ends with the answer
+        answer.timings = Timings(
+            retrieve_s=retrieve_s,
+            generate_s=answer.timings.generate_s,
+            total_s=time.perf_counter() - started,
         )
+        yield StreamEvent("answer", answer=answer)
 
     # --- user rulebooks ------------------------------------------------------------------
 
@@ -325,24 +304,3 @@ def _with_context(question: str, history: Sequence[Turn]) -> str:
     if not history:
         return question
     return f"{history[-1].question} {question}"
-
-
-def _hold_back_sentinel(stream: Iterator[str], seen: list[str]) -> Iterator[str]:
-    """Pass tokens through, except while the text so far could still be the sentinel.
-
-    An abstaining model's NOT_IN_RULEBOOK is never shown; the final answer replaces it.
-    Every piece is also appended to `seen`.
-    """
-    held: str | None = ""
-    for piece in stream:
-        seen.append(piece)
-        if held is None:
-            yield piece
-            continue
-        held += piece
-        if not NOT_COVERED_SENTINEL.startswith(held.lstrip()[: len(NOT_COVERED_SENTINEL)]):
-            yield held
-            held = None
-    # A held-back prefix that never became the sentinel is still part of the answer.
-    if held and not held.strip().startswith(NOT_COVERED_SENTINEL):
-        yield held

@@ -1,26 +1,20 @@
-"""Prompt building from the template files in rag/prompts/.
+"""Prompt templates (rag/prompts/) and what a generator is given.
 
-The system prompt holds the fixed rules and is the same for every game and question, so
-llama.cpp reuses its cached prefix instead of reading it again; the question travels as
-delimited data, and the answer format comes last in the user message, where small models
-follow it best.
+The system prompt holds the fixed rules and is the same for every game, question and task,
+so llama.cpp reuses its cached prefix instead of reading it again; questions travel as
+delimited data.
 """
 
 from __future__ import annotations
 
 import string
 import tomllib
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any, Literal
 
-from rag.evidence import Excerpt, Sentence
-from rag.rewording import both_sides
-from rag.types import Hit, Lang
-
-# The model answers exactly this when the passages do not cover the question.
-NOT_COVERED_SENTINEL = "NOT_IN_RULEBOOK"
+from rag.types import Lang
 
 
 @cache
@@ -34,27 +28,34 @@ def phrases(lang: Lang) -> dict[str, str]:
     return dict(table[lang])
 
 
-def render(name: str, **values: str) -> str:
-    """Fill a template; a placeholder without a value is a bug, so it raises."""
-    text = template(name)
-    fields = {f for _, f, _, _ in string.Formatter().parse(text) if f}
+def fill(source: str, name: str, /, **values: str) -> str:
+    """Fill a template's text; a placeholder without a value is a bug, so it raises."""
+    fields = {f for _, f, _, _ in string.Formatter().parse(source) if f}
     missing = fields - values.keys()
     if missing:
         raise KeyError(f"template {name} needs {sorted(missing)}")
-    return text.format(**values)
+    return source.format(**values)
+
+
+def render(name: str, **values: str) -> str:
+    return fill(template(name), name, **values)
+
+
+def system_message() -> dict[str, str]:
+    return {"role": "system", "content": template("system.txt").strip()}
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """What a generator gets: chat messages, plus the parts the extractive backend reads."""
+    """What a generator is given: chat messages and the shape its reply must take."""
 
+    task: Literal["select", "conclude", "judge"]
+    question: str  # as the player asked it
     messages: list[dict[str, str]]
-    question: str
-    lang: Lang
-    passages: list[Hit]  # passage [n] is passages[n - 1]
-    # The sentences chosen as evidence, best first, as (passage number, sentence); empty
-    # when the prompt shows whole passages.
-    evidence: list[tuple[int, str]] = field(default_factory=list)
+    # A JSON schema the reply must follow; backends that can enforce one (llama.cpp's
+    # grammar) do, and the reply is parsed leniently either way.
+    schema: dict[str, Any] | None = None
+    max_tokens: int | None = None  # None: the backend's setting
 
 
 def shorten(text: str, limit: int) -> str:
@@ -67,60 +68,3 @@ def shorten(text: str, limit: int) -> str:
         if pos > limit * 0.6:
             return cut[: pos + 1].rstrip() + " …"
     return cut.rsplit(" ", 1)[0] + " …"
-
-
-def whole_passages(hits: Sequence[Hit], passage_chars: int) -> list[Excerpt]:
-    """Each passage shown whole, cut near `passage_chars` (when no evidence is selected)."""
-    return [Excerpt(hit, shorten(hit.chunk.text, passage_chars)) for hit in hits]
-
-
-def build_prompt(
-    question: str,
-    lang: Lang,
-    excerpts: Sequence[Excerpt],
-    *,
-    game_title: str,
-    history: list[tuple[str, str]] | None = None,
-    evidence: Sequence[Sentence] = (),
-) -> Prompt:
-    """Number the excerpts [1]..[n] and fill the templates.
-
-    `evidence` (the chosen sentences, best first) is passed on for the extractive backend.
-    """
-    words = phrases(lang)
-    system = render("system.txt")
-    blocks = [
-        render(
-            "passage.txt",
-            n=str(i),
-            section=" › ".join(excerpt.hit.chunk.section[1:]),  # the title heads the passages
-            text=excerpt.text,
-        ).strip()
-        for i, excerpt in enumerate(excerpts, start=1)
-    ]
-    user = render(
-        "user.txt",
-        game_title=game_title,
-        passages="\n\n".join(blocks),
-        question=both_sides(question, lang, evidence[0].text if evidence else None).strip(),
-        lang_name=words["lang_name"],
-        heading_conclusion=words["heading_conclusion"],
-        heading_procedure=words["heading_procedure"],
-        heading_conditions=words["heading_conditions"],
-        heading_unsaid=words["heading_unsaid"],
-        sentinel=NOT_COVERED_SENTINEL,
-    )
-    messages = [{"role": "system", "content": system}]
-    for earlier_question, earlier_answer in history or []:
-        messages.append({"role": "user", "content": earlier_question})
-        messages.append({"role": "assistant", "content": earlier_answer})
-    messages.append({"role": "user", "content": user})
-    passages = [excerpt.hit for excerpt in excerpts]
-    number = {hit.chunk.id: n for n, hit in enumerate(passages, start=1)}
-    return Prompt(
-        messages=messages,
-        question=question,
-        lang=lang,
-        passages=passages,
-        evidence=[(number[s.hit.chunk.id], s.text) for s in evidence if s.hit.chunk.id in number],
-    )

@@ -91,16 +91,22 @@ class GenerationSettings(BaseModel):
         description="Sampling seed, set before every answer, so a question gets the same "
         "answer each time; unset: answers vary.",
     )
-    max_tokens: int = Field(512, ge=16, description="Longest answer, in tokens.")
-    passages: int = Field(5, ge=1, description="Top passages the prompt draws from.")
-    evidence_sentences: int = Field(
-        9,
+    max_tokens: int = Field(400, ge=16, description="Longest reply, in tokens.")
+    prompt_lookup: int = Field(
+        0,
         ge=0,
-        description="The prompt shows only this many sentences closest to the question "
-        "(prompt reading dominates latency); 0 shows whole passages.",
+        description="Prompt lookup decoding: tokens drafted from the prompt's n-grams per "
+        "step (llama.cpp); 0: off.",
     )
-    passage_chars: int = Field(
-        900, ge=100, description="With evidence_sentences = 0, each passage is cut to this."
+    passages: int = Field(5, ge=1, description="Top passages the candidate sentences come from.")
+    evidence_sentences: int = Field(
+        8,
+        ge=1,
+        description="Candidate sentences closest to the question: the LLM selects among "
+        "them (prompt reading dominates latency) and quotes come from them.",
+    )
+    quotes: int = Field(
+        3, ge=1, description="Most sentences quoted: selected by the LLM, else the closest."
     )
 
 

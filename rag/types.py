@@ -1,7 +1,8 @@
 """Typed records passed between the pipeline's stages.
 
 corpus (GameInfo) -> ingest (Document) -> chunking (Chunk) -> retrieval (Hit)
--> generation (text) -> answer assembly (Answer with Citations).
+-> answering: candidate sentences -> Quotes -> selection -> conclusion -> Checks
+-> Answer (with Citations).
 """
 
 from __future__ import annotations
@@ -106,6 +107,33 @@ class Citation:
     text: str
 
 
+@dataclass(frozen=True)
+class Quote:
+    """A rulebook sentence shown verbatim: an exact substring of its passage."""
+
+    n: int  # the citation marker of its passage
+    chunk_id: str
+    game: str
+    section: str  # section path, " › " joined
+    page: int | None
+    text: str
+    translation: str | None = None  # the asker's language, when it is not the rulebook's
+
+    @property
+    def label(self) -> str:
+        """The section's own name (the last part of its path), as a quote is labelled."""
+        return self.section.rsplit(" › ", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check an answer went through before its conclusion was shown."""
+
+    name: str  # quotes, selection, numbers, negation, markers, translation, abstention
+    passed: bool
+    detail: str = ""
+
+
 @dataclass
 class Timings:
     retrieve_s: float = 0.0
@@ -126,6 +154,9 @@ class Answer:
     passages: list[Hit]
     timings: Timings = field(default_factory=Timings)
     backend: str = ""  # which generator answered, e.g. "llama:qwen2.5-1.5b" or "extractive"
+    conclusion: str | None = None  # the checked conclusion shown, None when withheld
+    quotes: list[Quote] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -152,6 +183,9 @@ class Answer:
                 "total_s": round(self.timings.total_s, 4),
             },
             "backend": self.backend,
+            "conclusion": self.conclusion,
+            "quotes": [asdict(q) for q in self.quotes],
+            "checks": [asdict(c) for c in self.checks],
         }
 
 
@@ -166,12 +200,18 @@ class Turn:
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """What `Pipeline.ask_stream` yields: tokens as generated, then the final Answer.
+    """What `Pipeline.ask_stream` yields: the rule text, the conclusion as it is written,
+    then the final Answer.
 
-    kind "token": `text` holds the next piece of the answer (may later be repaired;
-    the final answer is authoritative). kind "answer": `answer` is the assembled Answer.
+    kind "quotes": `quotes` holds the verified rule text (and `text` shows it, in the
+    asker's language), sent as soon as retrieval is done and before any LLM token; a later
+    one replaces it when the LLM's selection narrows it. kind "token": `text` holds the
+    next piece of the conclusion, a draft until it is checked (the final answer is
+    authoritative). kind "answer":
+    `answer` is the assembled Answer.
     """
 
-    kind: Literal["token", "answer"]
+    kind: Literal["quotes", "token", "answer"]
     text: str = ""
     answer: Answer | None = None
+    quotes: tuple[Quote, ...] = ()

@@ -74,20 +74,35 @@ class FakeEmbedder(Embedder):
         return out
 
 
+DEFAULT_SELECTION = '{"ids": [1]}'
+DEFAULT_CONCLUSION = '{"conclusion": "See the rule."}'
+
+
 class ScriptedGenerator(Generator):
-    """Replies with queued texts, streamed word by word; records the prompts it got."""
+    """Replies with queued texts per task, streamed word by word; records the prompts it got.
+
+    Unscripted, a selection names the first candidate and a conclusion says "See the rule."
+    """
 
     name = "scripted"
 
-    def __init__(self, replies: list[str] | None = None) -> None:
-        self.replies = list(replies or [])
+    def __init__(
+        self, conclusions: list[str] | None = None, selections: list[str] | None = None
+    ) -> None:
+        self.conclusions = list(conclusions or [])
+        self.selections = list(selections or [])
         self.prompts: list[Prompt] = []
+
+    def reply(self, prompt: Prompt) -> str:
+        if prompt.task == "select":
+            return self.selections.pop(0) if self.selections else DEFAULT_SELECTION
+        return self.conclusions.pop(0) if self.conclusions else DEFAULT_CONCLUSION
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
         self.prompts.append(prompt)
-        reply = self.replies.pop(0) if self.replies else "Conclusion: see the rule [1]."
-        for word in reply.split(" "):
-            yield word + " "
+        words = self.reply(prompt).split(" ")
+        for i, word in enumerate(words):
+            yield word if i == len(words) - 1 else word + " "
 
 
 @pytest.fixture
@@ -152,8 +167,9 @@ def serve_api() -> Iterator[Callable[..., str]]:
 
 
 class SlowGenerator(Generator):
-    """Streams `pieces` words, `delay` seconds apart, then a citation; records how far it got
-    and whether it was closed early (the client left), to test streaming and the model queue."""
+    """Selects the first candidate at once, then writes a plain-text conclusion of `pieces`
+    words, `delay` seconds apart; records how far it got and whether it was closed early
+    (the client left), to test streaming and the model queue."""
 
     name = "slow"
 
@@ -165,13 +181,15 @@ class SlowGenerator(Generator):
         self.finished = threading.Event()  # ran to the end or was closed
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
+        if prompt.task == "select":
+            yield DEFAULT_SELECTION
+            return
         self.started.set()
         try:
             for i in range(self.pieces):
                 time.sleep(self.delay)
                 self.produced += 1
                 yield f"word{i} "
-            yield "[1]"
         finally:
             self.finished.set()
 

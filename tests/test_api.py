@@ -18,18 +18,20 @@ from api.security import ApiKeys, RateLimiter
 from rag.errors import InputError
 from rag.generation import Generator
 from rag.pipeline import Pipeline
-from rag.prompting import NOT_COVERED_SENTINEL, Prompt
+from rag.prompting import Prompt, system_message
 from rag.types import Turn
 
 if TYPE_CHECKING:
-    from conftest import SlowGenerator
+    from conftest import ScriptedGenerator, SlowGenerator
 
 SUROS_Q = "How much HP does each player start with in Suros?"
 GAMES = {"suros", "deck52-final-bus", "maximum-apocalypse", "maximum-throwdown-overload"}
 ASK_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
-    "backend",
+    "backend", "conclusion", "quotes", "checks",
 }  # fmt: skip
+QUOTE_KEYS = {"n", "chunk_id", "game", "section", "page", "text", "translation"}
+SELECT = '{"ids": [1]}'
 
 
 @pytest.fixture
@@ -43,14 +45,23 @@ def client(url: str) -> Iterator[httpx.Client]:
         yield client
 
 
+@pytest.fixture
+def scripted_client(serve_api: Any, scripted_pipeline: Pipeline) -> Iterator[httpx.Client]:
+    """A client of the API over a pipeline whose model replies as `scripted` is told."""
+    with httpx.Client(base_url=serve_api(scripted_pipeline), timeout=30) as client:
+        yield client
+
+
 def sse(response: httpx.Response) -> list[tuple[str, Any]]:
-    """(event, data) pairs of a server-sent-events body; `data: [DONE]` stays a string."""
+    """(event, data) pairs of a server-sent-events body; `data: [DONE]` stays a string and
+    comment lines (keep-alives) are skipped."""
     events = []
     for block in response.text.split("\n\n"):
-        if not block.strip():
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
             continue
         name, data = "message", ""
-        for line in block.split("\n"):
+        for line in lines:
             if line.startswith("event: "):
                 name = line[len("event: ") :]
             elif line.startswith("data: "):
@@ -77,6 +88,18 @@ def check_contract(answer: dict[str, Any]) -> None:
     assert {c["chunk_id"] for c in answer["citations"]} <= passages
     assert {int(n) for n in re.findall(r"\[(\d+)\]", answer["answer"])} <= numbers
     assert set(answer["timings"]) == {"retrieve_s", "generate_s", "total_s"}
+    cited = {c["n"]: c for c in answer["citations"]}
+    for quote in answer["quotes"]:  # verbatim rulebook text, of a cited passage
+        assert set(quote) == QUOTE_KEYS
+        assert quote["chunk_id"] == cited[quote["n"]]["chunk_id"]
+        assert quote["text"] in cited[quote["n"]]["text"]
+        assert quote["text"] in answer["answer"]
+    for check in answer["checks"]:
+        assert set(check) == {"name", "passed", "detail"} and isinstance(check["passed"], bool)
+    if answer["conclusion"] is not None:
+        assert answer["conclusion"] in answer["answer"] and not answer["abstained"]
+    if answer["abstained"]:
+        assert answer["quotes"] == [] and answer["citations"] == []
 
 
 # --- health, docs, widget files --------------------------------------------------------------
@@ -115,7 +138,21 @@ def test_openapi_documents_every_route(client: httpx.Client) -> None:
             assert operation.get("summary"), f"{method} {path} has no summary"
     schemas = spec["components"]["schemas"]
     assert schemas["AskRequest"]["examples"] and schemas["AskResponse"]["examples"]
-    assert "text/event-stream" in paths["/v1/ask/stream"]["post"]["responses"]["200"]["content"]
+    stream = paths["/v1/ask/stream"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+    names = stream["schema"]["properties"]["event"]["enum"]
+    assert names == ["quotes", "token", "citations", "done", "error"]
+    assert stream["example"].index("event: quotes") < stream["example"].index("event: token")
+    answer = schemas["AskResponse"]
+    assert {"conclusion", "quotes", "checks"} <= set(answer["required"])
+    assert all(answer["properties"][name]["description"] for name in ("conclusion", "quotes"))
+    example = answer["examples"][0]
+    assert set(example) == set(answer["properties"])
+    quote = schemas["QuoteOut"]["properties"]
+    assert set(quote) == QUOTE_KEYS
+    assert {"type": "null"} in quote["page"]["anyOf"] and {"type": "null"} in quote["translation"][
+        "anyOf"
+    ]
+    assert set(schemas["CheckOut"]["properties"]) == {"name", "passed", "detail"}
     error = paths["/v1/ask"]["post"]["responses"]["422"]["content"]["application/json"]
     assert error["schema"]["$ref"].endswith("/ErrorResponse")
     assert client.get("/docs").status_code == 200
@@ -210,22 +247,76 @@ def test_history_from_the_client_keeps_the_game(client: httpx.Client) -> None:
     error_of(client.post("/v1/ask", json=body), 404, "game_not_found")
 
 
-def test_stream_sends_tokens_then_citations_then_done(client: httpx.Client) -> None:
+def test_stream_sends_quotes_then_citations_then_done(client: httpx.Client) -> None:
+    """No model (extractive): the rule text is the answer; no token is sent."""
     response = client.post("/v1/ask/stream", json={"question": SUROS_Q})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     events = sse(response)
-    names = [name for name, _ in events]
-    assert names[-2:] == ["citations", "done"] and set(names[:-2]) == {"token"}
-    answer = events[-2][1]
+    assert [name for name, _ in events] == ["quotes", "citations", "done"]
+    quotes, answer = events[0][1], events[1][1]
     check_contract(answer)
-    streamed = "".join(data["text"] for name, data in events if name == "token")
-    assert streamed.strip() in answer["answer"]
+    assert answer["conclusion"] is None and answer["quotes"]
+    assert set(quotes) == {"text", "quotes"} and quotes["quotes"] == answer["quotes"]
+    assert quotes["text"] in answer["answer"]  # the rule text, as the answer shows it
     plain = client.post("/v1/ask", json={"question": SUROS_Q}).json()
     same = {"timings", "conversation_id"}
     assert {k: v for k, v in answer.items() if k not in same} == {
         k: v for k, v in plain.items() if k not in same
     }
+
+
+def test_stream_quotes_first_then_the_draft_then_the_checked_answer(
+    scripted_client: httpx.Client, scripted: ScriptedGenerator
+) -> None:
+    scripted.conclusions = ['{"conclusion": "Each player starts with the HP shown."}']
+    events = sse(scripted_client.post("/v1/ask/stream", json={"question": SUROS_Q}))
+    names = [name for name, _ in events]
+    assert names[0] == "quotes" and names[-2:] == ["citations", "done"]
+    first_token = names.index("token")
+    assert set(names[:first_token]) == {"quotes"} and set(names[first_token:-2]) == {"token"}
+    narrowed = events[first_token - 1][1]  # the last quotes event replaced the earlier ones
+    answer = events[-2][1]
+    check_contract(answer)
+    assert narrowed["quotes"] == answer["quotes"] and narrowed["text"] in answer["answer"]
+    draft = "".join(data["text"] for name, data in events if name == "token")
+    assert draft == answer["conclusion"] == "Each player starts with the HP shown."
+    assert answer["answer"].startswith("Conclusion: Each player starts with the HP shown. [1]")
+    checks = {c["name"]: c["passed"] for c in answer["checks"]}
+    assert checks["numbers"] and checks["negation"] and checks["selection"]
+    assert answer["backend"] == "scripted"
+    assert [p.task for p in scripted.prompts] == ["select", "conclude"]
+
+
+def test_a_draft_that_fails_a_check_is_withheld(
+    scripted_client: httpx.Client, scripted: ScriptedGenerator
+) -> None:
+    scripted.conclusions = ['{"conclusion": "Each player starts with 99 HP."}']
+    events = sse(scripted_client.post("/v1/ask/stream", json={"question": SUROS_Q}))
+    draft = "".join(data["text"] for name, data in events if name == "token")
+    assert "99" in draft  # streamed as a draft...
+    answer = events[-2][1]
+    check_contract(answer)
+    assert answer["conclusion"] is None and "99" not in answer["answer"]  # ...never answered
+    assert answer["quotes"] and not answer["abstained"]
+    numbers = next(c for c in answer["checks"] if c["name"] == "numbers")
+    assert not numbers["passed"] and "99" in numbers["detail"]
+
+
+def test_stream_when_the_rulebook_is_silent(
+    scripted_client: httpx.Client, scripted: ScriptedGenerator
+) -> None:
+    scripted.selections = ['{"ids": []}']  # the model finds no sentence that answers
+    events = sse(scripted_client.post("/v1/ask/stream", json={"question": SUROS_Q}))
+    assert [name for name, _ in events] == ["quotes", "citations", "done"]
+    answer = events[1][1]
+    check_contract(answer)
+    assert answer["abstained"] and answer["conclusion"] is None and answer["quotes"] == []
+    # Nothing near the question at all: no rule text to show first.
+    body = {"question": "xyzzy plugh frobnicate?", "game": "suros"}
+    events = sse(scripted_client.post("/v1/ask/stream", json=body))
+    assert [name for name, _ in events] == ["citations", "done"]
+    assert events[0][1]["abstained"]
 
 
 def test_stream_errors_before_start_are_plain_json(client: httpx.Client) -> None:
@@ -281,8 +372,36 @@ def test_chat_stream(client: httpx.Client) -> None:
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks)
     assert text == chunks[-1]["rulekeeper"]["answer"]
+    check_contract(chunks[-1]["rulekeeper"])
+
+
+def test_chat_stream_sends_only_final_text(
+    scripted_client: httpx.Client, scripted: ScriptedGenerator
+) -> None:
+    """The conclusion's draft is unchecked: a chat client only ever gets the final answer."""
+    scripted.conclusions = ['{"conclusion": "Each player starts with 99 HP."}']
+    body = {"model": "suros", "stream": True, "messages": [{"role": "user", "content": SUROS_Q}]}
+    response = scripted_client.post("/v1/chat/completions", json=body)
+    chunks = [data for _, data in sse(response)][:-1]
+    contents = [c["choices"][0]["delta"]["content"] for c in chunks]
+    final = chunks[-1]["rulekeeper"]
+    assert [text for text in contents if text] == [final["answer"]]
+    assert final["conclusion"] is None
+    assert all("99" not in json.dumps(c["choices"]) for c in chunks)  # the draft: never sent
+    assert {name for name, _ in sse(response)} == {"message"}  # unnamed events, as OpenAI's
+    assert ": checking\n\n" in response.text  # a comment keeps the quiet stream open
+    # A conclusion that passes is sent, in the final text only.
+    scripted.conclusions = ['{"conclusion": "Each player starts with the HP shown."}'] * 2
+    response = scripted_client.post("/v1/chat/completions", json=body)
+    chunks = [data for _, data in sse(response)][:-1]
+    text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks)
+    assert text == chunks[-1]["rulekeeper"]["answer"]
+    assert text.startswith("Conclusion: Each player starts with the HP shown. [1]")
+    plain = scripted_client.post("/v1/chat/completions", json={**body, "stream": False}).json()
+    assert plain["choices"][0]["message"]["content"] == text
 
 
 def test_chat_needs_a_user_question_last(client: httpx.Client) -> None:
@@ -362,12 +481,13 @@ def test_prompt_injection_stays_grounded(client: httpx.Client) -> None:
         answer = response.json()
         check_contract(answer)
         text = answer["answer"]
-        assert "Answer ONLY from the numbered rulebook passages" not in text
-        assert NOT_COVERED_SENTINEL not in text and "{sentinel}" not in text
+        assert system_message()["content"][:60] not in text
         rulebook = " ".join(p["text"] for p in answer["passages"])
         if not answer["abstained"]:  # anything quoted is rulebook text
             for citation in answer["citations"]:
                 assert citation["text"] in rulebook
+            for quote in answer["quotes"]:
+                assert quote["text"] in rulebook
 
 
 def test_unexpected_errors_are_generic_500s(serve_api: Any, pipeline: Pipeline) -> None:
@@ -384,8 +504,15 @@ def test_unexpected_errors_are_generic_500s(serve_api: Any, pipeline: Pipeline) 
         response = client.post("/v1/ask", json={"question": SUROS_Q})
         error = error_of(response, 500, "internal_error")
         assert "secret" not in response.text and error["message"] == "Internal server error."
+        # The rule text goes out before the model runs: its failure ends the stream.
         stream = client.post("/v1/ask/stream", json={"question": SUROS_Q})
-        error_of(stream, 500, "internal_error")
+        assert stream.status_code == 200
+        events = sse(stream)
+        assert [name for name, _ in events] == ["quotes", "error"]
+        assert events[-1][1]["error"] == {
+            "type": "internal_error",
+            "message": "Internal server error.",
+        }
         assert "secret" not in stream.text
 
 
@@ -394,7 +521,10 @@ def test_an_error_mid_stream_is_an_error_event(serve_api: Any, pipeline: Pipelin
         name = "failing"
 
         def stream(self, prompt: Prompt) -> Iterator[str]:
-            yield "Conclusion: "
+            if prompt.task == "select":
+                yield SELECT
+                return
+            yield '{"conclusion": "Each player '
             raise RuntimeError("secret internals")
 
     broken = Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=Failing())
@@ -402,7 +532,8 @@ def test_an_error_mid_stream_is_an_error_event(serve_api: Any, pipeline: Pipelin
         response = client.post("/v1/ask/stream", json={"question": SUROS_Q})
         assert response.status_code == 200
         events = sse(response)
-        assert events[0] == ("token", {"text": "Conclusion: "})
+        assert events[0][0] == "quotes"
+        assert events[-2] == ("token", {"text": "Each player "})
         assert events[-1][0] == "error" and events[-1][1]["error"]["type"] == "internal_error"
         assert "secret" not in response.text
 
@@ -551,10 +682,16 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
     """Each concurrent request gets the answer generated for its own question."""
 
     class Echo(Generator):
+        """Concludes with the player named in the question."""
+
         name = "echo"
 
         def stream(self, prompt: Prompt) -> Iterator[str]:
-            yield f"Conclusion: an echo [1]\nYou asked: {prompt.question}"
+            if prompt.task == "select":
+                yield SELECT
+                return
+            player = re.findall(r"player (\w+)", prompt.messages[-1]["content"])[-1]
+            yield json.dumps({"conclusion": f"You asked about player {player}."})
 
     echo = Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=Echo())
     url = serve_api(echo, queue_size=64)
@@ -562,9 +699,12 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
     mismatches: list[str] = []
 
     def ask(n: int) -> None:
-        question = f"How much HP does player {n} start with in Suros?"
+        player = "".join("abcdefghij"[int(d)] for d in str(n))  # no digits: none to check
+        question = f"How much HP does player {player} start with in Suros?"
         answer = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=60).json()
-        if f"You asked: {question}" not in answer["answer"] or answer["question"] != question:
+        said = f"You asked about player {player}."
+        mine = answer["question"] == question and answer["conclusion"] == said
+        if not mine or said not in answer["answer"]:
             with lock:
                 mismatches.append(question)
 

@@ -86,6 +86,7 @@ def test_streams_the_answer_and_opens_cited_passages(
     assert " ".join(answer.split()) == " ".join(expected["answer"].split())
     labels = page.locator(".rk-cite").all_inner_texts()
     assert labels == [f"[{c['n']}] {c['section']}" for c in expected["citations"]]
+    assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
 
     marker = page.locator(".rk-answer .rk-marker").first  # a marker in the answer text
     n = int(marker.inner_text().strip("[]"))
@@ -100,30 +101,60 @@ def test_streams_the_answer_and_opens_cited_passages(
     assert page.locator(".rk-passage").is_hidden()
 
 
-def test_tokens_show_before_the_answer_is_complete(
+def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     page: Any, serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
-    slow.pieces, slow.delay = 8, 0.25
-    open_demo(page, serve_api(slow_pipeline))
+    slow.pieces, slow.delay = 12, 0.25
+    url = serve_api(slow_pipeline)
+    open_demo(page, url)
     ask(page, QUESTION)
+    # The rule text shows before the model has written a word; its markers open the passage.
+    page.wait_for_selector(".rk-rule .rk-marker")
+    assert page.inner_text(".rk-rule").startswith("Rule text:")
+    assert page.inner_text(".rk-answer") == "" and not page.locator(".rk-cite").count()
+    page.locator(".rk-rule .rk-marker").first.click()
+    page.wait_for_selector(".rk-passage-text")
+    # The draft streams in, set apart until it is checked.
     page.wait_for_function(
-        "() => document.querySelector('.rk-answer').textContent.includes('word1')"
+        "() => document.querySelector('.rk-draft-text').textContent.includes('word1')"
         " && !document.querySelector('.rk-cite')"
     )
+    assert page.locator(".rk-draft").is_visible()
+    assert "checking" in page.inner_text(".rk-draft")
+    style = page.eval_on_selector(".rk-draft", "n => getComputedStyle(n).fontStyle")
+    assert style == "italic"
+    assert page.inner_text(".rk-answer") == ""
+    # The checked answer replaces both; the passage a reader opened stays open.
     page.wait_for_selector(".rk-cite")
-    assert "word7" in page.inner_text(".rk-answer")
+    answer = page.inner_text(".rk-answer")
+    assert answer.startswith("Conclusion: word0") and "word11" in answer and "Rule text:" in answer
+    assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
+    assert page.inner_text(".rk-draft-text") == ""
+    assert page.locator(".rk-passage").is_visible()
+
+
+def test_a_withheld_draft_leaves_only_the_rule_text(
+    page: Any, serve_api: Any, scripted_pipeline: Pipeline, scripted: ScriptedGenerator
+) -> None:
+    scripted.conclusions = ['{"conclusion": "Each player starts with 99 HP."}']
+    open_demo(page, serve_api(scripted_pipeline))
+    ask(page, QUESTION)
+    page.wait_for_selector(".rk-cite")
+    answer = page.inner_text(".rk-answer")
+    assert "99" not in page.inner_text(".rk")
+    assert answer.startswith("Read the rule below") and "Rule text:" in answer
 
 
 def test_model_and_user_text_is_never_html(
     page: Any, serve_api: Any, scripted_pipeline: Pipeline, scripted: ScriptedGenerator
 ) -> None:
-    payload = '<img src=x onerror="window.__rkXss=1"><b>bold</b>'
-    scripted.replies = [f"Conclusion: {payload} [1]"]
+    payload = '<img src=x onerror="window.__rkXss=true"><b>bold</b>'
+    scripted.conclusions = [json.dumps({"conclusion": payload})]
     open_demo(page, serve_api(scripted_pipeline))
     question = "<script>window.__rkXss=2</script> " + QUESTION
     ask(page, question)
     page.wait_for_selector(".rk-cite")
-    assert payload in page.inner_text(".rk-answer")
+    assert payload in page.inner_text(".rk-answer")  # it was the draft too, then the answer
     assert page.inner_text(".rk-question") == question
     assert page.locator(".rk img, .rk b, .rk script").count() == 0
     assert page.evaluate("window.__rkXss") is None

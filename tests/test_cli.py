@@ -25,7 +25,7 @@ from cli.toc import outline, table_of_contents
 from cli.ui import Ui
 from rag.models import ModelSpec
 from rag.pipeline import Pipeline
-from rag.prompting import NOT_COVERED_SENTINEL, Prompt
+from rag.prompting import Prompt
 from rag.settings import Settings
 from rag.types import Chunk, StreamEvent, Turn
 
@@ -33,7 +33,7 @@ Invoke = Callable[..., Result]
 
 CONTRACT_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
-    "backend",
+    "backend", "conclusion", "quotes", "checks",
 }  # fmt: skip
 
 
@@ -130,10 +130,9 @@ def test_ask_abstention_exits_0_unless_asked_to_fail(
     invoke_scripted: Invoke, scripted: ScriptedGenerator
 ) -> None:
     question = ("What is the hand limit in Maximum Apocalypse?",)
-    scripted.replies = [NOT_COVERED_SENTINEL, NOT_COVERED_SENTINEL]
+    scripted.selections = ['{"ids": []}', '{"ids": []}']  # no sentence answers it
     plain = invoke_scripted("ask", *question)
     assert plain.exit_code == 0
-    assert NOT_COVERED_SENTINEL not in plain.stdout
     assert "The rulebook does not say" in plain.stdout
     assert "Nearest passages (maximum-apocalypse)" in plain.stdout
     strict = invoke_scripted("ask", *question, "--fail-on-abstain", "--json")
@@ -153,17 +152,17 @@ class _TerminalUi(Ui):
         self.__dict__["out"] = Console(file=self.buffer, force_terminal=True, width=100)
 
 
-def test_terminal_shows_tokens_then_settles_on_the_final_answer(
+def test_terminal_shows_the_rule_text_then_the_draft_then_the_checked_answer(
     scripted_pipeline: Pipeline, scripted: ScriptedGenerator
 ) -> None:
-    scripted.replies = ["Conclusion: you have 3 AP [1][9]."]  # no passage [9] was given
+    scripted.conclusions = ['{"conclusion": "You gain 99 AP."}']  # no quote states 99
     ui = _TerminalUi()
     answer = stream_answer(ui, scripted_pipeline.ask_stream("How much AP?", "suros"))
-    assert answer.answer.startswith("Conclusion: you have 3 AP [1].")
+    assert answer.conclusion is None and answer.answer.startswith("Read the rule below")
     screen = ui.buffer.getvalue()
-    assert "[9]" in screen  # streamed live...
+    assert screen.index("Rule text:") < screen.index("99 AP")  # quotes before the draft...
     final_frame = screen.rsplit("\x1b[2K", 1)[-1]  # ...then redrawn with the final answer
-    assert "Conclusion: you have 3 AP" in final_frame and "[9]" not in final_frame
+    assert "Read the rule below" in final_frame and "99" not in final_frame
 
 
 def test_an_interrupted_answer_closes_the_stream() -> None:
@@ -443,11 +442,14 @@ def test_ctrl_c_stops_the_answer_not_the_session(
 
     def stream(self: ScriptedGenerator, prompt: Prompt) -> Iterator[str]:
         self.prompts.append(prompt)
-        yield "Partial "
+        if prompt.task == "select":
+            yield '{"ids": [1]}'
+            return
+        yield '{"conclusion": "Partial '
         interrupt = next(calls)
         if interrupt:
             raise interrupt
-        yield "Conclusion: whole answer [1]."
+        yield 'whole answer."}'
 
     monkeypatch.setattr(ScriptedGenerator, "stream", stream)
     session = ChatSession(scripted_pipeline, game="suros")

@@ -39,7 +39,7 @@ from rag.errors import InputError, ModelError
 from rag.generation import Generator
 from rag.metrics import ItemScore, build_report
 from rag.pipeline import Pipeline
-from rag.prompting import NOT_COVERED_SENTINEL, Prompt
+from rag.prompting import Prompt
 from rag.settings import Settings
 
 EN_Q = "How much AP does a player gain at the beginning of each turn?"
@@ -84,23 +84,25 @@ GOLD: list[dict[str, Any]] = [
     },
 ]  # fmt: skip
 
-REPLIES = {
-    EN_Q: "Conclusion: you gain 3 AP at the beginning of each turn except your first [1].",
-    # the number is off the conclusion line: the fake embedder's passages for a Chinese
-    # question need not state it, and a conclusion's unstated number makes the answer abstain
-    ZH_Q: "结论：除第一回合外，每个玩家回合开始时都获得行动点 [1]。\n具体做法：获得 3AP [1]。",
-    LOOT_Q: "Conclusion: draw 2 LOOT cards to the hero's Inventory [1].",
-    ONLINE_Q: NOT_COVERED_SENTINEL,
+CONCLUSIONS = {
+    EN_Q: "You gain 3 AP at the beginning of each turn except your first.",
+    ZH_Q: "除第一回合外，每个玩家回合开始时都获得 3AP。",
+    LOOT_Q: "Draw 2 LOOT cards to the hero's Inventory.",
 }
 
 
 class AnswerBook(Generator):
-    """Replies by question, so an item declined before generation shifts no other reply."""
+    """Replies by question, so an item declined before generation shifts no other reply:
+    the first candidate is selected (none for a question the book does not know), and the
+    conclusion is the book's."""
 
     name = "answer-book"
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
-        yield REPLIES[prompt.question]
+        if prompt.task == "select":
+            yield '{"ids": [1]}' if prompt.question in CONCLUSIONS else '{"ids": []}'
+        else:
+            yield json.dumps({"conclusion": CONCLUSIONS[prompt.question]}, ensure_ascii=False)
 
 
 def write_gold(path: Path, items: list[dict[str, Any]]) -> Path:
@@ -226,13 +228,19 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
         "language_match": True,
         "latency_s": None,
         "error": None,
+        "conclusion_shown": True,
+        "right_way_round": None,  # not a probe item
+        "invented_number": False,
     }
     zh = items["suros-ap-zh"]["metrics"]
+    # The fake embedder quotes an unrelated sentence for the Chinese question, so its
+    # conclusion's "3" is in no quote: withheld, it covers no fact, and says so in Chinese.
     assert (zh["key_facts_covered"], zh["answer_lang"], zh["abstention_correct"]) == (
-        [True, True],
+        [False, False],
         "zh",
         True,
     )
+    assert zh["conclusion_shown"] is False
     assert items["deck52-loot"]["ask"]["game"] == "deck52-final-bus"  # detected
     declined = items["deck52-online"]
     assert declined["ask"]["abstained"] is True
@@ -247,8 +255,8 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
     assert json.loads((out / REPORT_FILE).read_text(encoding="utf-8")) == report
     assert (report["n"], report["errors"], report["k"]) == (6, 2, 5)
     answer = report["answer"]
-    # Answerable: en, zh, loot (all facts covered) and the two failures: 3 / 5.
-    assert answer["key_fact_recall"] == 0.6
+    # Answerable: en and loot (all facts covered), zh (withheld) and the two failures: 2 / 5.
+    assert answer["key_fact_recall"] == 0.4
     # Right: en, zh, loot answered and online declined; the two failures are wrong: 4 / 6.
     assert answer["abstention_accuracy"] == 0.6667
     assert answer["language_match"] == 0.6667
@@ -312,6 +320,10 @@ def test_json_prints_exactly_the_report(settings: Settings, gold_file: Path) -> 
         "abstention_accuracy",
         "citation_precision",
         "language_match",
+        "conclusion_shown",
+        "right_way_round",
+        "probe_conclusion_shown",
+        "invented_numbers_shown",
     }
     assert set(report["by_lang"]) == {"en", "zh"}
     assert set(report["latency"]) == {"p50_s", "p95_s"}
@@ -567,3 +579,34 @@ def test_compare_from_the_command_line(
     assert text.exit_code == 0, text.output
     assert "llama could not run: GGUF model not found" in text.stdout
     assert f"Chart: {out / CHART_FILE}" in text.stdout
+
+
+PROBE_GOLD = [
+    {  # the rulebook gives 3 AP: a right-way-round "no" is expected
+        "id": "probe-ap", "game": "Suros", "question": EN_Q, "lang": "en", "answerable": True,
+        "evidence": [AP_EVIDENCE], "answer": "No: 3 AP.", "key_facts": AP_FACTS,
+        "type": "condition", "polarity": "no",
+    },
+    {
+        "id": "probe-loot", "game": "DECK 52", "question": LOOT_Q, "lang": "en",
+        "answerable": True, "evidence": ["Draw 2 LOOT cards to hero's Inventory."],
+        "answer": "Draw 2 LOOT cards.", "key_facts": [["2"]], "type": "procedure",
+        "right_way": ["loot cards"], "wrong_way": ["discard"],
+    },
+]  # fmt: skip
+
+
+def test_probe_items_count_conclusions_the_right_way_round(
+    book_pipeline: Pipeline, tmp_path: Path
+) -> None:
+    report = run_eval(book_pipeline, load_gold(write_gold(tmp_path / "p.jsonl", PROBE_GOLD)))
+    # "You gain 3 AP …" does not open with "no"; "Draw 2 LOOT cards …" holds "loot cards".
+    assert report["answer"]["right_way_round"] == 0.5
+    assert report["answer"]["probe_conclusion_shown"] == 1.0
+    assert report["answer"]["invented_numbers_shown"] == 0
+
+
+def test_probe_fields_are_checked_when_the_gold_is_read(tmp_path: Path) -> None:
+    bad = [{**PROBE_GOLD[0], "polarity": "maybe"}]
+    with pytest.raises(InputError, match="polarity"):
+        load_gold(write_gold(tmp_path / "bad.jsonl", bad))

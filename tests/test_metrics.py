@@ -196,6 +196,10 @@ def test_summary_over_hand_made_items() -> None:
         "abstention_accuracy": 0.75,  # A, B, C right; D failed: 3/4
         "citation_precision": 0.75,  # (2 + 1) supported of (2 + 2) cited by answerable items
         "language_match": 0.5,  # A and C match; B answered in English, D not at all: 2/4
+        "conclusion_shown": 0.0,  # hand-made items show no conclusion
+        "right_way_round": None,  # no probe items
+        "probe_conclusion_shown": None,
+        "invented_numbers_shown": 0,
     }
     # Latencies of the answered items 1, 3, 2: p50 = 2; p95 at position 1.9 -> 2 + 0.9.
     assert s["latency"] == {"p50_s": 2.0, "p95_s": 2.9}
@@ -215,6 +219,10 @@ def test_report_groups_by_language_game_and_type() -> None:
         "abstention_accuracy": 0.5,
         "citation_precision": 0.5,
         "language_match": 0.0,
+        "conclusion_shown": 0.0,  # hand-made items show no conclusion
+        "right_way_round": None,  # no probe items
+        "probe_conclusion_shown": None,
+        "invented_numbers_shown": 0,
     }
     assert list(report["by_game"]) == ["(unresolved)", "deck52-final-bus", "suros"]
     assert report["by_game"]["suros"]["n"] == 2
@@ -229,6 +237,10 @@ def test_a_group_without_answerable_items_reports_null_retrieval() -> None:
         "abstention_accuracy": 1.0,
         "citation_precision": None,
         "language_match": 1.0,
+        "conclusion_shown": None,  # nothing answerable
+        "right_way_round": None,  # no probe items
+        "probe_conclusion_shown": None,
+        "invented_numbers_shown": 0,
     }
 
 

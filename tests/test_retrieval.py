@@ -152,13 +152,13 @@ def test_chinese_question_retrieves_english_passage_with_real_embedder(
 
 
 @pytest.mark.real_models
-def test_chinese_question_picks_the_deciding_english_sentence_as_evidence(
+def test_chinese_question_picks_the_deciding_english_sentence_as_a_candidate(
     real_settings: Settings,
 ) -> None:
     pipe = Pipeline(real_settings)
     question = "什么时候不能进行潜行判定？"
     _, hits = pipe.retrieve(question, "末日启示录", k=5)
-    chosen = pipe.evidence.choose(question, hits)
+    chosen = pipe.answerer.candidates.choose(question, hits)
     assert len(chosen) == real_settings.generation.evidence_sentences
     assert any("DO NOT have any monster cards attached" in s.text for s in chosen)
 

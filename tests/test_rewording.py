@@ -1,7 +1,8 @@
 import pytest
 
-from rag.prompting import build_prompt
-from rag.rewording import both_sides
+from rag.answering.conclusion import conclusion_prompt
+from rag.answering.rewording import both_sides
+from rag.types import Quote
 
 
 @pytest.mark.parametrize(
@@ -69,6 +70,9 @@ def test_a_positive_closest_rule_rewords(rule: str) -> None:
 
 
 def test_the_model_reads_the_reworded_question_but_the_prompt_keeps_the_asked_one() -> None:
-    prompt = build_prompt("什么时候不能进行潜行判定？", "zh", [], game_title="Game")
+    rule = Quote(1, "g:1", "g", "G › Stealth", None, "You may attempt a stealth test.")
+    prompt = conclusion_prompt(
+        "什么时候不能进行潜行判定？", "zh", [rule], game_title="Game", translate=True
+    )
     assert "<<<什么时候可以进行潜行判定，什么时候不能？>>>" in prompt.messages[-1]["content"]
     assert prompt.question == "什么时候不能进行潜行判定？"

@@ -8,7 +8,7 @@ from fastapi.responses import StreamingResponse
 from api.conversations import ConversationStore
 from api.deps import Guard, ServiceDep
 from api.errors import documented
-from api.schemas import AskRequest, AskResponse
+from api.schemas import AskRequest, AskResponse, QuotesEvent
 from api.service import AskQuery, AskService, cancelled_on_disconnect
 from api.sse import event_stream, frame, sse_doc
 from rag.types import StreamEvent
@@ -21,11 +21,34 @@ router = APIRouter(
 )
 
 _STREAM_EXAMPLE = (
-    'event: token\ndata: {"text": "Conclusion: "}\n\n'
-    'event: token\ndata: {"text": "Each player draws two cards [1]"}\n\n'
-    'event: citations\ndata: {"question": "...", "answer": "...", "citations": [...], '
+    'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4: “Each player draws two '
+    'cards.”\\n[2] Draw: “Draw a card at the start of your turn.”", "quotes": [{"n": 1, '
+    '"chunk_id": "suros-0007", "game": "suros", "section": "Suros › Setup", "page": 4, '
+    '"text": "Each player draws two cards.", "translation": null}, ...]}\n\n'
+    'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4: “Each player draws two '
+    'cards.”", "quotes": [{"n": 1, ...}]}\n\n'
+    'event: token\ndata: {"text": "Each player "}\n\n'
+    'event: token\ndata: {"text": "draws two cards."}\n\n'
+    'event: citations\ndata: {"question": "...", "answer": "Conclusion: Each player draws two '
+    'cards. [1]\\n\\nRule text: ...", "conclusion": "Each player draws two cards.", '
+    '"quotes": [...], "checks": [...], "citations": [...], '
     '"conversation_id": "c_7Qm2xY9kLp3Z", ...}\n\n'
     "event: done\ndata: {}\n\n"
+)
+
+_STREAM_DESCRIPTION = (
+    'Quote first, then a checked conclusion. A `quotes` event (`{"text", "quotes"}`: the '
+    "rule text rendered in the asker's language, and its quotes one by one, each as in the "
+    "answer's `quotes`) comes as soon as "
+    "the passages are found, before any token; a later `quotes` event replaces it (the model "
+    "narrowed the rule text down). When nothing near the question is found there is none "
+    "(and the answer may still abstain after one). `token` events "
+    '(`{"text"}`) carry the conclusion\'s draft as the model writes it: not yet checked, and '
+    "it may be withheld from the answer. Then one `citations` event with the full answer (as "
+    "`/v1/ask` returns it, with `conclusion`, `quotes` and `checks`); it is authoritative and "
+    "replaces everything streamed before it. Then `done`. An error after the stream started "
+    'arrives as an `error` event (`{"error": {"type", "message"}}`). Clients should ignore '
+    "events they do not know."
 )
 
 
@@ -44,8 +67,9 @@ def _query(body: AskRequest, service: AskService) -> AskQuery:
 @router.post(
     "/ask",
     summary="Ask a rules question",
-    description="Answers from the rulebook with cited passages: the `rules ask --json` "
-    "contract, plus `conversation_id` for follow-ups.",
+    description="Answers from the rulebook, quote first: the rule text verbatim (`quotes`) "
+    "and a conclusion shown only when it passed its `checks`, with cited passages; the "
+    "`rules ask --json` contract, plus `conversation_id` for follow-ups.",
 )
 async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskResponse:
     stream = await service.start(_query(body, service))
@@ -57,15 +81,12 @@ async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskRes
 @router.post(
     "/ask/stream",
     summary="Ask, streaming the answer as server-sent events",
-    description='`token` events carry the answer\'s text as generated (`{"text"}`); then '
-    "one `citations` event with the full answer (as `/v1/ask` returns it; its `answer` is "
-    "authoritative), then `done`. An error after the stream started arrives as an `error` "
-    'event (`{"error": {"type", "message"}}`).',
+    description=_STREAM_DESCRIPTION,
     response_class=StreamingResponse,
     responses=sse_doc(
         "The answer as server-sent events.",
         _STREAM_EXAMPLE,
-        ["token", "citations", "done", "error"],
+        ["quotes", "token", "citations", "done", "error"],
     ),
 )
 async def ask_stream(body: AskRequest, request: Request, service: ServiceDep) -> StreamingResponse:
@@ -73,10 +94,13 @@ async def ask_stream(body: AskRequest, request: Request, service: ServiceDep) ->
 
     async def frames(events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
         async for event in events:
-            if event.answer is not None:
+            if event.kind == "answer" and event.answer is not None:
                 answer = AskResponse.of(event.answer, stream.conversation_id)
                 yield frame(answer.model_dump(mode="json"), "citations")
-            else:
+            elif event.kind == "quotes":
+                quotes = QuotesEvent.of(event)
+                yield frame(quotes.model_dump(mode="json"), "quotes")
+            elif event.kind == "token":
                 yield frame({"text": event.text}, "token")
         yield frame({}, "done")
 

@@ -24,7 +24,7 @@ from api.schemas import (
     ModelList,
 )
 from api.service import AskQuery, AskService, cancelled_on_disconnect
-from api.sse import event_stream, frame, sse_doc
+from api.sse import comment, event_stream, frame, sse_doc
 from rag.errors import GameNotFoundError
 from rag.types import StreamEvent
 
@@ -69,20 +69,29 @@ def _query(body: ChatCompletionRequest, service: AskService) -> AskQuery:
 _STREAM_EXAMPLE = (
     'data: {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, '
     '"delta": {"role": "assistant", "content": ""}}], ...}\n\n'
+    ": checking\n\n"
     'data: {"id": "chatcmpl-1", ..., "choices": [{"index": 0, "delta": {"content": '
-    '"Each player draws two cards [1]"}}]}\n\n'
+    '"Conclusion: Each player draws two cards. [1]\\n\\nRule text:\\n[1] Setup p. 4: '
+    '“Each player draws two cards.”\\n\\nThis answer is for reference only; ..."}}]}\n\n'
     'data: {"id": "chatcmpl-1", ..., "choices": [{"index": 0, "delta": {}, "finish_reason": '
-    '"stop"}], "rulekeeper": {"answer": "...", "citations": [...], ...}}\n\n'
+    '"stop"}], "rulekeeper": {"answer": "...", "conclusion": "...", "quotes": [...], '
+    '"checks": [...], "citations": [...], ...}}\n\n'
     "data: [DONE]\n\n"
 )
+
+# While the conclusion is written and checked nothing final can be sent; a comment line this
+# often keeps proxies from closing the quiet connection.
+KEEP_ALIVE_S = 5.0
 
 
 @router.post(
     "/chat/completions",
     summary="Chat (OpenAI-compatible)",
     description="`model` may name the game (its slug or title), or set `game`; otherwise the "
-    "game is detected from the messages. The answer's citations and passages come in the "
-    "`rulekeeper` field (the last chunk's, when streaming).",
+    "game is detected from the messages. The answer's citations, passages, quotes and checks "
+    "come in the `rulekeeper` field (the last chunk's, when streaming). A stream carries only "
+    "final text: the whole checked answer arrives in one chunk once it is ready (the draft "
+    "being checked is never sent); until then the stream holds only comment lines.",
     response_model=ChatCompletion,
     responses=sse_doc(
         "A `chat.completion`, or with `stream: true` server-sent `chat.completion.chunk` "
@@ -117,17 +126,18 @@ async def chat_completions(
 
     async def frames(events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
         yield chunk(ChunkDelta(role="assistant", content=""))
-        streamed = ""
+        quiet_since = time.monotonic()
         async for event in events:
-            if event.answer is None:
-                streamed += event.text
-                yield chunk(ChunkDelta(content=event.text))
+            if event.kind != "answer" or event.answer is None:
+                # Rule text and the conclusion's unchecked draft: content a chat client
+                # shows must be final, and the final answer starts with the conclusion.
+                if time.monotonic() - quiet_since >= KEEP_ALIVE_S or event.kind == "quotes":
+                    quiet_since = time.monotonic()
+                    yield comment("checking")
                 continue
-            # The final answer is authoritative: send what it adds to the streamed text
-            # (its closing reminder, or the whole answer when nothing was streamed).
-            final = event.answer.answer
-            rest = final[len(streamed) :] if final.startswith(streamed) else ""
-            yield chunk(ChunkDelta(content=rest or None), AskResponse.of(event.answer, None))
+            final = AskResponse.of(event.answer, None)
+            yield chunk(ChunkDelta(content=final.answer))
+            yield chunk(ChunkDelta(), final)
         yield frame("[DONE]")
 
     return event_stream(request, stream, frames, error_event=None)

@@ -1,6 +1,8 @@
 /*
- * Rulekeeper widget: ask rules questions on any page; answers stream in, citations open
- * the rulebook passage. No build step, no dependencies.
+ * Rulekeeper widget: ask rules questions on any page; citations open the rulebook passage.
+ * Quote first: the rule text shows as soon as it is found, the conclusion's draft streams
+ * in dimmed while it is being checked, and the final, checked answer replaces both.
+ * No build step, no dependencies.
  *
  *   <div data-rulekeeper data-game="suros"></div>
  *   <script src="https://rules.example.org/widget.js" defer></script>
@@ -26,7 +28,9 @@
     ".rk-status{color:#555;min-height:1.4em;margin:6px 0}" +
     ".rk-status.rk-error{color:#a00}" +
     ".rk-question{font-weight:600;margin:6px 0}" +
-    ".rk-answer{white-space:pre-wrap}" +
+    ".rk-answer,.rk-rule{white-space:pre-wrap}" +
+    ".rk-draft{color:#666;font-style:italic;white-space:pre-wrap;margin-top:8px}" +
+    ".rk-draft-label{font-size:.85em;font-style:normal;color:#888;margin-right:.4em}" +
     ".rk-marker{border:0;background:#e8ecff;border-radius:4px;padding:0 3px;cursor:pointer;font:inherit;color:#223}" +
     ".rk-citations{padding-left:1.2em}" +
     ".rk-cite{border:0;background:none;color:#2346c8;cursor:pointer;text-align:left;font:inherit;padding:0}" +
@@ -72,6 +76,7 @@
     this.conversationId = null;
     this.controller = null;
     this.citations = [];
+    this.quoted = [];
     this.build();
     if (!this.game) this.loadGames();
   }
@@ -107,12 +112,21 @@
     this.question = el("div", "rk-question");
     this.answer = el("div", "rk-answer");
     this.answer.setAttribute("aria-live", "polite");
+    this.rule = el("div", "rk-rule");
+    this.rule.setAttribute("aria-live", "polite");
+    this.rule.hidden = true;
+    this.draft = el("div", "rk-draft");
+    this.draft.hidden = true;
+    this.draft.appendChild(el("span", "rk-draft-label", "checking…"));
+    this.draftText = this.draft.appendChild(el("span", "rk-draft-text"));
     this.list = el("ol", "rk-citations");
     this.passage = el("section", "rk-passage");
     this.passage.hidden = true;
-    [this.form, this.status, this.question, this.answer, this.list, this.passage].forEach(function (n) {
-      self.root.appendChild(n);
-    });
+    [this.form, this.status, this.question, this.answer, this.rule, this.draft, this.list, this.passage].forEach(
+      function (n) {
+        self.root.appendChild(n);
+      }
+    );
     this.form.addEventListener("submit", function (event) {
       event.preventDefault();
       var question = self.input.value.trim();
@@ -149,10 +163,20 @@
   Widget.prototype.clear = function () {
     this.question.textContent = "";
     this.answer.textContent = "";
+    this.clearProgress();
     this.list.textContent = "";
     this.passage.hidden = true;
     this.passage.textContent = "";
     this.citations = [];
+  };
+
+  /* Forget what was shown while the answer was on its way: the rule text and the draft. */
+  Widget.prototype.clearProgress = function () {
+    this.rule.textContent = "";
+    this.rule.hidden = true;
+    this.draftText.textContent = "";
+    this.draft.hidden = true;
+    this.quoted = [];
   };
 
   Widget.prototype.ask = async function (question) {
@@ -208,39 +232,76 @@
 
   Widget.prototype.handle = function (message) {
     var data = message.data;
-    if (message.event === "token") {
+    if (message.event === "quotes") {
       this.setStatus("");
-      this.answer.appendChild(document.createTextNode(data.text));
+      this.showRule(data);
+    } else if (message.event === "token") {
+      this.setStatus("");
+      this.draft.hidden = false;
+      this.draftText.appendChild(document.createTextNode(data.text));
     } else if (message.event === "citations") {
       this.conversationId = data.conversation_id || this.conversationId;
       this.showAnswer(data);
     } else if (message.event === "error") {
+      /* The rule text stays (it is the rulebook's own); an unchecked draft does not. */
+      this.draftText.textContent = "";
+      this.draft.hidden = true;
       this.setStatus(data && data.error ? data.error.message : "The answer failed.", true);
     } else if (message.event === "done") {
       this.setStatus("");
     }
   };
 
-  /* The final answer replaces the streamed text; its [n] markers become buttons. */
-  Widget.prototype.showAnswer = function (data) {
-    var self = this;
-    this.citations = data.citations || [];
-    this.answer.textContent = "";
+  /* The rule text, before any conclusion: it replaces an earlier one (the model narrowed it
+   * down). Its [n] markers open the quoted passage. */
+  Widget.prototype.showRule = function (data) {
+    var quotes = (data && data.quotes) || [];
+    this.quoted = quotes.map(function (q) {
+      return { n: q.n, game: q.game, chunk_id: q.chunk_id, section: q.section, text: q.text };
+    });
+    var text = data && data.text ? data.text : this.ruleText(quotes);
+    this.rule.textContent = "";
+    this.withMarkers(this.rule, text, this.quoted);
+    this.rule.hidden = !text;
+  };
+
+  /* The rule text from the quotes themselves, for a server that sent no rendered text. */
+  Widget.prototype.ruleText = function (quotes) {
+    return quotes
+      .map(function (q) {
+        var label = String(q.section || "").split(" › ").pop();
+        var line = "[" + q.n + "] " + label + (q.page ? " p. " + q.page : "") + ": “" + q.text + "”";
+        return q.translation ? line + "\n    " + q.translation : line;
+      })
+      .join("\n");
+  };
+
+  /* Put `text` in `node` as text nodes, each [n] marker a button opening entry n of `cited`. */
+  Widget.prototype.withMarkers = function (node, text, cited) {
     var marker = /\[(\d+)\]/g;
-    var text = data.answer || "";
     var last = 0;
     var match;
     while ((match = marker.exec(text)) !== null) {
-      this.answer.appendChild(document.createTextNode(text.slice(last, match.index)));
-      var citation = this.citation(Number(match[1]));
+      node.appendChild(document.createTextNode(text.slice(last, match.index)));
+      var citation = this.find(cited, Number(match[1]));
       if (citation) {
-        this.answer.appendChild(this.citeButton("rk-marker", match[0], citation));
+        node.appendChild(this.citeButton("rk-marker", match[0], citation));
       } else {
-        this.answer.appendChild(document.createTextNode(match[0]));
+        node.appendChild(document.createTextNode(match[0]));
       }
       last = marker.lastIndex;
     }
-    this.answer.appendChild(document.createTextNode(text.slice(last)));
+    node.appendChild(document.createTextNode(text.slice(last)));
+  };
+
+  /* The final answer (conclusion and rule text, checked) replaces all that was streamed; its
+   * [n] markers become buttons. */
+  Widget.prototype.showAnswer = function (data) {
+    var self = this;
+    this.citations = data.citations || [];
+    this.clearProgress();
+    this.answer.textContent = "";
+    this.withMarkers(this.answer, data.answer || "", this.citations);
     this.list.textContent = "";
     this.citations.forEach(function (c) {
       var item = el("li");
@@ -249,9 +310,9 @@
     });
   };
 
-  Widget.prototype.citation = function (n) {
-    for (var i = 0; i < this.citations.length; i++) {
-      if (this.citations[i].n === n) return this.citations[i];
+  Widget.prototype.find = function (cited, n) {
+    for (var i = 0; i < cited.length; i++) {
+      if (cited[i].n === n) return cited[i];
     }
     return null;
   };

@@ -1,4 +1,4 @@
-"""Question rewording for the LLM: "when can't I X?" becomes "when can I X, and when not?".
+"""Question shapes: "when can't I X?" is asked both ways round; yes/no questions are told apart.
 
 A 1.5B model answers in the polarity of the question: it copies the rule's condition and
 puts the question's "can't" in front of it. That is right when the rule itself says
@@ -85,3 +85,20 @@ def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> st
         positive = _EN_POSITIVE[en["neg"].lower()]
         return f"{en['lead']}{positive} {en['rest']}, and {en['wh'].lower()} not?"
     return question
+
+
+# A yes/no question opens with an auxiliary (English) or asks with 吗 / A-not-A (Chinese).
+_EN_YES_NO = re.compile(
+    r"^\s*(?:so\s+|and\s+|but\s+)?(?:can|could|do|does|did|is|are|was|were|may|must|should"
+    r"|shall|will|would|has|have|am)\b",
+    re.IGNORECASE,
+)
+_ZH_YES_NO = re.compile(
+    r"吗\s*[？?]?\s*$|是否|能否|可否|会不会|能不能|可不可以|是不是|有没有|要不要|需不需要"
+)
+
+
+def asks_yes_or_no(question: str, lang: Lang) -> bool:
+    """Whether the question asks for a yes or a no ("Is it immediate?", "是立刻激活吗？")."""
+    pattern = _ZH_YES_NO if lang == "zh" else _EN_YES_NO
+    return bool(pattern.search(question.strip()))

@@ -1,0 +1,183 @@
+"""The answering stages in the order a question flows through them.
+
+passages -> candidates (the sentences closest to the question) -> quotes (verbatim, shown
+at once) -> selection (the LLM names the sentences that answer) -> abstention -> conclusion
+(the LLM answers from the selected quotes alone) -> checks -> assembly.
+With the extractive backend no model runs: the quotes are the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from rag.answering.assembly import not_covered_answer, quoted_answer, rule_text
+from rag.answering.candidates import CandidateSelector, Sentence
+from rag.answering.checks import faithful, negation_check, numbers_check, strip_markers
+from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
+from rag.answering.quotes import make_quotes
+from rag.answering.selection import parse_selection, selection_prompt
+from rag.generation import Generator
+from rag.settings import GenerationSettings
+from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    lang: Lang
+    game: GameInfo
+    earlier: str | None = None  # the previous question of a follow-up
+
+    @property
+    def in_context(self) -> str:
+        """What candidates are ranked by: a follow-up with the question it follows."""
+        return f"{self.earlier} {self.text}" if self.earlier else self.text
+
+
+class Answerer:
+    def __init__(
+        self, candidates: CandidateSelector, generator: Generator, settings: GenerationSettings
+    ) -> None:
+        self.candidates = candidates
+        self.generator = generator
+        self.settings = settings
+
+    def stream(self, question: Question, hits: list[Hit]) -> Iterator[StreamEvent]:
+        """Quotes first, then the conclusion's draft tokens, then the final answer (whose
+        `timings.generate_s` is the time spent on the model)."""
+        started = time.perf_counter()
+        ranked = self.candidates.choose(question.in_context, hits[: self.settings.passages])
+        closest, quote_check = make_quotes(ranked[: self.settings.quotes])
+        if not closest:
+            yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
+            return
+        yield _quotes_event(closest, question.lang)
+        if not self.generator.writes:
+            yield StreamEvent("answer", answer=self._answer(question, hits, closest, [quote_check]))
+            return
+        chosen, selection_check = self._select(question, ranked)
+        if not chosen:
+            answer = self._silent(question, hits, [quote_check, selection_check])
+        else:
+            quotes, quote_check = make_quotes(chosen)
+            if quotes != closest:
+                yield _quotes_event(quotes, question.lang)
+            reply: list[str] = []
+            prompt = conclusion_prompt(
+                question.text,
+                question.lang,
+                quotes,
+                game_title=question.game.title,
+                translate=question.lang != chosen[0].hit.chunk.lang,
+                earlier_question=question.earlier,
+            )
+            for text in stream_conclusion(self.generator.stream(prompt), reply):
+                yield StreamEvent("token", text=text)
+            answer = self._concluded(
+                question, hits, quotes, "".join(reply), [quote_check, selection_check]
+            )
+        answer.timings.generate_s = time.perf_counter() - started
+        yield StreamEvent("answer", answer=answer)
+
+    def _select(
+        self, question: Question, ranked: Sequence[Sentence]
+    ) -> tuple[list[Sentence], Check]:
+        most = self.settings.quotes
+        prompt = selection_prompt(
+            question.text,
+            question.lang,
+            ranked,
+            game_title=question.game.title,
+            most=most,
+            earlier_question=question.earlier,
+        )
+        ids = parse_selection(self.generator.complete(prompt), len(ranked), most)
+        if ids is None:
+            return list(ranked[:most]), Check(
+                "selection", False, "reply named no sentence; the closest are quoted"
+            )
+        if not ids:
+            return [], Check("selection", True, "no candidate sentence answers the question")
+        return [ranked[i - 1] for i in ids], Check("selection", True, f"sentences {ids}")
+
+    def _concluded(
+        self,
+        question: Question,
+        hits: list[Hit],
+        quotes: list[Quote],
+        reply: str,
+        checks: list[Check],
+    ) -> Answer:
+        parsed = parse_conclusion(reply, len(quotes))
+        translated, translation_check = _translated(quotes, parsed.translations)
+        if translation_check is not None:
+            checks.append(translation_check)
+        conclusion, marker_check = strip_markers(parsed.text, [q.n for q in translated])
+        checks.append(marker_check)
+        if conclusion:
+            checks += [
+                numbers_check(conclusion, translated),
+                negation_check(conclusion, translated),
+            ]
+        else:
+            checks.append(Check("conclusion", False, "the reply held no conclusion"))
+        shown = bool(conclusion) and all(
+            c.passed for c in checks if c.name not in ("quotes", "selection", "translation")
+        )
+        return quoted_answer(
+            question.text,
+            question.game.slug,
+            question.lang,
+            quotes=translated,
+            conclusion=conclusion if shown else None,
+            withheld=not shown,
+            checks=checks,
+            hits=hits,
+            backend=self.generator.name,
+        )
+
+    def _answer(
+        self, question: Question, hits: list[Hit], quotes: list[Quote], checks: list[Check]
+    ) -> Answer:
+        return quoted_answer(
+            question.text,
+            question.game.slug,
+            question.lang,
+            quotes=quotes,
+            conclusion=None,
+            withheld=False,
+            checks=checks,
+            hits=hits,
+            backend=self.generator.name,
+        )
+
+    def _silent(self, question: Question, hits: list[Hit], checks: list[Check]) -> Answer:
+        return not_covered_answer(
+            question.text, question.game.slug, question.lang, hits, self.generator.name, checks
+        )
+
+
+def _translated(
+    quotes: list[Quote], translations: Sequence[str | None]
+) -> tuple[list[Quote], Check | None]:
+    """Quotes with the translations that pass the faithfulness check; None when no
+    translation was asked for or given."""
+    if not any(translations):
+        return quotes, None
+    kept: list[Quote] = []
+    dropped = []
+    for quote, translation in zip(quotes, translations, strict=True):
+        if translation and faithful(translation, quote.text):
+            kept.append(replace(quote, translation=translation))
+        else:
+            kept.append(quote)
+            if translation:
+                dropped.append(str(quote.n))
+    detail = f"not faithful to quote(s) {', '.join(dropped)}, not shown" if dropped else ""
+    return kept, Check("translation", not dropped, detail)
+
+
+def _quotes_event(quotes: Sequence[Quote], lang: Lang) -> StreamEvent:
+    return StreamEvent("quotes", text=rule_text(quotes, lang), quotes=tuple(quotes))

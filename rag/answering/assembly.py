@@ -1,0 +1,99 @@
+"""Assembly: the shown answer, from the checked conclusion and the quotes it rests on.
+
+The conclusion comes first, citing the quotes' passages; then the rule text, each quote
+verbatim with its section and page (and its translation, for a question in another
+language). A conclusion that failed a check is not shown: a plain "read the rule below"
+line stands in its place. When the rulebook is silent the answer says so in the asker's
+language and the nearest passages are listed instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rag.answering.quotes import citations_for
+from rag.prompting import phrases
+from rag.types import Answer, Check, Hit, Lang, Quote
+
+
+def _with_reminder(text: str, lang: Lang) -> str:
+    return f"{text.strip()}\n\n{phrases(lang)['reminder']}"
+
+
+def _markers(quotes: Sequence[Quote]) -> str:
+    return "".join(f"[{n}]" for n in sorted({q.n for q in quotes}))
+
+
+def rule_text(quotes: Sequence[Quote], lang: Lang) -> str:
+    """The quotes as shown: marker, section (and page), the sentence in quotation marks.
+
+    Section names and sentences stay in the rulebook's words, inside quotation marks, so an
+    answer's own language is judged by what Rulekeeper wrote around them.
+    """
+    words = phrases(lang)
+    lines = [f"{words['heading_rule_text']}:"]
+    for quote in quotes:
+        page = f" {words['page'].format(page=quote.page)}" if quote.page else ""
+        label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
+        lines.append(f"[{quote.n}] {label}: “{quote.text}”")
+        if quote.translation:
+            lines.append(f"    {words['translation']}: {quote.translation}")
+    return "\n".join(lines)
+
+
+def quoted_answer(
+    question: str,
+    game: str | None,
+    lang: Lang,
+    *,
+    quotes: list[Quote],
+    conclusion: str | None,
+    withheld: bool,
+    checks: list[Check],
+    hits: list[Hit],
+    backend: str,
+) -> Answer:
+    """The answer resting on `quotes`: the conclusion when there is one to show, else
+    (`withheld`: one was written but failed a check) the read-the-rule line."""
+    words = phrases(lang)
+    parts = []
+    if conclusion:
+        parts.append(f"{words['heading_conclusion']}: {conclusion} {_markers(quotes)}")
+    elif withheld:
+        parts.append(words["read_the_rule"])
+    parts.append(rule_text(quotes, lang))
+    return Answer(
+        question=question,
+        game=game,
+        lang=lang,
+        answer=_with_reminder("\n\n".join(parts), lang),
+        abstained=False,
+        citations=citations_for(quotes, hits),
+        passages=hits,
+        backend=backend,
+        conclusion=conclusion,
+        quotes=quotes,
+        checks=checks,
+    )
+
+
+def not_covered_answer(
+    question: str,
+    game: str | None,
+    lang: Lang,
+    hits: list[Hit],
+    backend: str,
+    checks: Sequence[Check] = (),
+) -> Answer:
+    """The rulebook is silent: say so, cite nothing, and list the nearest passages."""
+    return Answer(
+        question=question,
+        game=game,
+        lang=lang,
+        answer=_with_reminder(phrases(lang)["not_covered"], lang),
+        abstained=True,
+        citations=[],
+        passages=hits,
+        backend=backend,
+        checks=list(checks),
+    )

@@ -1,0 +1,168 @@
+"""Checks that do not trust the model: a conclusion is shown only when it passes them all.
+
+- numbers: every number the conclusion states appears in its quotes;
+- negation: a conclusion sentence that restates a quote says "not" as often, modulo two,
+  as the quote does ("you may … if you DO NOT have" read back as "you can't … if you don't
+  have" has one negation too many and is caught);
+- markers: the model was told to write none; any it wrote must point at a shown quote.
+A translation is a restatement of its quote, so it must pass the numbers and negation
+checks against that quote, or it is not shown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rag.lang import CJK_RE, sentence_spans, tokenize
+from rag.types import Check, Quote
+
+MARKER = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
+
+# --- numbers ---------------------------------------------------------------------------
+
+# Digits standing alone: not part of a name like "D6" or "Mission2", not a marker.
+_DIGITS = re.compile(r"(?<![\[\d.A-Za-z])\d+(?![\]\d])")
+_EN_NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                    "ten", "eleven", "twelve")  # fmt: skip
+_EN_WORD_VALUE = {word: n for n, word in enumerate(_EN_NUMBER_WORDS, start=1)}
+_ZH_DIGIT = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
+             "九": 9}  # fmt: skip
+_ZH_NUMERAL = re.compile("[一二两三四五六七八九十]+")
+
+
+def _zh_value(numeral: str) -> int | None:
+    """二 -> 2, 十二 -> 12, 二十 -> 20, 二十五 -> 25; other shapes are not read."""
+    if "十" not in numeral:
+        return _ZH_DIGIT.get(numeral) if len(numeral) == 1 else None
+    tens, _, ones = numeral.partition("十")
+    if len(tens) > 1 or len(ones) > 1:
+        return None
+    return (_ZH_DIGIT.get(tens, 0) if tens else 1) * 10 + (_ZH_DIGIT.get(ones, 0) if ones else 0)
+
+
+def stated_numbers(text: str, *, one_words: bool = True) -> set[int]:
+    """The numbers a text states: digits, English number words and Chinese numerals.
+
+    With one_words False, "one" and 一 are not counted: a conclusion says "draw one card"
+    or 抽一张 where the rule says "draw a card", and 一 is part of many words.
+    """
+    text = MARKER.sub(" ", text)
+    numbers = {int(d) for d in _DIGITS.findall(text)}
+    for word in re.findall(r"[a-z]+", text.lower()):
+        if word in _EN_WORD_VALUE and (one_words or word != "one"):
+            numbers.add(_EN_WORD_VALUE[word])
+    for numeral in _ZH_NUMERAL.findall(text):
+        value = _zh_value(numeral) if one_words or numeral != "一" else None
+        if value is not None:
+            numbers.add(value)
+    return numbers
+
+
+def unsupported_numbers(text: str, sources: Sequence[str]) -> set[int]:
+    """Numbers stated in `text` that none of `sources` states."""
+    stated = set().union(*(stated_numbers(s) for s in sources)) if sources else set()
+    return stated_numbers(text, one_words=False) - stated
+
+
+def numbers_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
+    extra = unsupported_numbers(conclusion, [q.text for q in quotes])
+    if extra:
+        listed = ", ".join(str(n) for n in sorted(extra))
+        return Check("numbers", False, f"states {listed}, which no quote states")
+    return Check("numbers", True)
+
+
+# --- negation ---------------------------------------------------------------------------
+
+_EN_NEGATION = re.compile(
+    r"\b(?:not|no|never|cannot|none|nothing|nobody|neither|nor|without|unless)\b|n't\b",
+    re.IGNORECASE,
+)
+# 不 except in words where it negates nothing (不同 different, 不过 but, 不断 constantly …),
+# 无 except 无论 (whatever), 非 except 非常 (very); 除非 (unless) counts through its 非.
+_ZH_NEGATION = re.compile(r"不(?![同断仅过少久论管如料妨但])|没|无(?!论)|未|非(?!常)|勿|禁止")
+# A yes/no answer word opening a conclusion answers the question; the claim follows it.
+_ANSWER_WORD = re.compile(
+    r"^\s*(?:(?:yes|no)\b[\s,.;:!—-]*"
+    r"|(?:是的|是|不是|不|否|对|不对|可以|不可以|能|不能|会|不会|需要|不需要)\s*[，,。.！!：:；;]\s*)",
+    re.IGNORECASE,
+)
+# Share of a conclusion sentence's words that a quote must hold for the sentence to count
+# as restating it. Below it the sentence says something else (answers a yes/no question's
+# own proposition, joins two rules), and its negations need not match any one quote's.
+RESTATES = 0.6
+
+
+def negations(text: str) -> int:
+    text = text.replace("\u2019", "'")
+    return len(_EN_NEGATION.findall(text)) + len(_ZH_NEGATION.findall(text))
+
+
+def _words(text: str) -> set[str]:
+    """Content words, plurals folded ("cards" is "card")."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and w.isascii() else w for w in tokenize(text)}
+
+
+def restated(sentence: str, sources: Sequence[str]) -> int | None:
+    """Index of the source the sentence restates (most of its words in it), if any."""
+    words = _words(sentence)
+    if len(words) < 2:
+        return None
+    shares = [len(words & _words(source)) / len(words) for source in sources]
+    best = max(range(len(sources)), key=lambda i: shares[i], default=None)
+    return best if best is not None and shares[best] >= RESTATES else None
+
+
+def flipped(sentence: str, source: str) -> bool:
+    """Whether a restatement says "not" an odd number of times more or less than its source."""
+    claim = _ANSWER_WORD.sub("", sentence)
+    return negations(claim) % 2 != negations(source) % 2
+
+
+def negation_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
+    """Each conclusion sentence against the quote it restates: in the quote's own words, or
+    in its translation for a conclusion in another language."""
+    sources = [
+        q.translation if CJK_RE.search(conclusion) and not CJK_RE.search(q.text) else q.text
+        for q in quotes
+    ]
+    comparable = [(i, s) for i, s in enumerate(sources) if s]
+    checked = 0
+    for start, end in sentence_spans(conclusion):
+        sentence = conclusion[start:end]
+        found = restated(sentence, [s for _, s in comparable])
+        if found is None:
+            continue
+        checked += 1
+        index, source = comparable[found]
+        if flipped(sentence, source):
+            return Check(
+                "negation",
+                False,
+                f"{sentence.strip()!r} reverses the negation of quote {quotes[index].n}",
+            )
+    return Check("negation", True, f"{checked} restating sentence(s) checked")
+
+
+# --- markers -----------------------------------------------------------------------------
+
+
+def strip_markers(text: str, shown: Sequence[int]) -> tuple[str, Check]:
+    """The text without the markers the model wrote; the check fails when one of them
+    pointed at no shown quote."""
+    written = {int(n) for m in MARKER.finditer(text) for n in re.findall(r"\d+", m[1])}
+    stray = written - set(shown)
+    cleaned = re.sub(r"[ \t]+([.。,，;；])", r"\1", MARKER.sub("", text)).strip()
+    if stray:
+        listed = ", ".join(str(n) for n in sorted(stray))
+        return cleaned, Check("markers", False, f"cites [{listed}], which no shown quote has")
+    return cleaned, Check("markers", True)
+
+
+# --- translations ------------------------------------------------------------------------
+
+
+def faithful(translation: str, quote: str) -> bool:
+    """A translation states no number its quote does not, and says "not" as often (mod 2)."""
+    return not unsupported_numbers(translation, [quote]) and not flipped(translation, quote)

@@ -1,0 +1,156 @@
+"""Conclusion: one or two sentences that answer the question as asked, from the quotes alone.
+
+The LLM sees only the quoted sentences it selected, not the other candidates, so it has
+little to misread. A yes/no question is told to begin with yes or no; a negated when/where
+question is asked both ways round (see rewording). For a question in another language than
+the rulebook's, the reply first renders each quote faithfully (the quote itself stays as
+written: it is the rule), then concludes in the asker's language. The reply is JSON held to
+a schema; its "conclusion" string streams out as it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rag.answering.rewording import asks_yes_or_no, both_sides
+from rag.answering.selection import context_line
+from rag.prompting import Prompt, fill, phrases, render, system_message
+from rag.types import Lang, Quote
+
+CONCLUSION_FIELD = "conclusion"
+_FIELD_START = re.compile(rf'"{CONCLUSION_FIELD}"\s*:\s*"')
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def conclusion_schema(translations: int) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    if translations:
+        properties["translations"] = {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": translations,
+            "maxItems": translations,
+        }
+    properties[CONCLUSION_FIELD] = {"type": "string"}
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def conclusion_prompt(
+    question: str,
+    lang: Lang,
+    quotes: Sequence[Quote],
+    *,
+    game_title: str,
+    translate: bool,
+    earlier_question: str | None = None,
+) -> Prompt:
+    words = phrases(lang)
+    yes_no = words["yes_no_hint"] if asks_yes_or_no(question, lang) else ""
+    task_key = "conclude_translated" if translate else "conclude"
+    task = fill(words[task_key], task_key, yes_no=yes_no)
+    rule_text = "\n".join(f"{i}. ({q.label}) {q.text}" for i, q in enumerate(quotes, start=1))
+    closest = quotes[0].text if quotes else None
+    user = render(
+        "conclude.txt",
+        game_title=game_title,
+        rule_text=rule_text,
+        context=context_line(lang, earlier_question),
+        question=both_sides(question, lang, closest).strip(),
+        task=task,
+    )
+    return Prompt(
+        task="conclude",
+        question=question,
+        messages=[system_message(), {"role": "user", "content": user}],
+        schema=conclusion_schema(len(quotes) if translate else 0),
+    )
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    text: str
+    translations: tuple[str | None, ...]  # one per quote, None where none was given
+
+
+def parse_conclusion(reply: str, quotes: int) -> Conclusion:
+    """The reply as JSON; a reply that is not JSON (a backend that cannot hold the schema)
+    is the conclusion itself, with no translations."""
+    try:
+        data = json.loads(reply)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return Conclusion(reply.strip(), (None,) * quotes)
+    text = data.get(CONCLUSION_FIELD)
+    raw = data.get("translations")
+    given = [t.strip() if isinstance(t, str) and t.strip() else None for t in raw or []]
+    translations = (given + [None] * quotes)[:quotes] if isinstance(raw, list) else []
+    return Conclusion(
+        text.strip() if isinstance(text, str) else "",
+        tuple(translations) or (None,) * quotes,
+    )
+
+
+def stream_conclusion(pieces: Iterator[str], reply: list[str]) -> Iterator[str]:
+    """The conclusion's text as the JSON reply streams in (escapes decoded); every piece
+    is also appended to `reply`. A reply that is not JSON streams through as it is."""
+    seen = ""
+    plain: bool | None = None  # decided on the reply's first visible character
+    start: int | None = None  # where the conclusion string's content begins in `seen`
+    done = 0  # characters of that content already passed on
+    closed = False
+    for piece in pieces:
+        reply.append(piece)
+        seen += piece
+        if closed:
+            continue
+        if plain is None:
+            if not seen.strip():
+                continue
+            plain = not seen.lstrip().startswith("{")
+            if plain:
+                yield seen
+                continue
+        if plain:
+            yield piece
+            continue
+        if start is None:
+            match = _FIELD_START.search(seen)
+            if match is None:
+                continue
+            start = match.end()
+        text, consumed, closed = _decode_json_string(seen[start + done :])
+        done += consumed
+        if text:
+            yield text
+
+
+def _decode_json_string(raw: str) -> tuple[str, int, bool]:
+    """Decode the start of a JSON string's content: (text, characters consumed, whether
+    the closing quote was reached). An escape cut off at the end waits for more."""
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        char = raw[i]
+        if char == '"':
+            return "".join(out), i + 1, True
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        if i + 1 >= len(raw):
+            break
+        code = raw[i + 1]
+        if code == "u":
+            if i + 6 > len(raw):
+                break
+            out.append(chr(int(raw[i + 2 : i + 6], 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(code, code))
+            i += 2
+    return "".join(out), i, False

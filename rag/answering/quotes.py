@@ -1,0 +1,65 @@
+"""Quotes: rulebook sentences shown verbatim, with their section and page.
+
+Every answer has them, whichever backend runs: they are what a player can check. A quote
+is shown only when its text is an exact substring of its passage, so nothing that reads as
+rule text can have been altered. Passages are numbered [1], [2] … in the order their best
+sentence ranks; a passage's sentences share its number and keep their reading order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rag.answering.candidates import Sentence
+from rag.types import Check, Citation, Hit, Quote
+
+
+def is_verbatim(text: str, hit: Hit) -> bool:
+    return bool(text.strip()) and text in hit.chunk.text
+
+
+def make_quotes(sentences: Sequence[Sentence]) -> tuple[list[Quote], Check]:
+    """Quotes for the sentences (best first), numbered by passage; any not verbatim in its
+    passage is left out, and the check says so."""
+    numbers: dict[str, int] = {}
+    kept: list[tuple[Sentence, int]] = []
+    altered = 0
+    for sentence in sentences:
+        if not is_verbatim(sentence.text, sentence.hit):
+            altered += 1
+            continue
+        n = numbers.setdefault(sentence.hit.chunk.id, len(numbers) + 1)
+        kept.append((sentence, n))
+    kept.sort(key=lambda pair: (pair[1], pair[0].position))
+    quotes = [
+        Quote(
+            n=n,
+            chunk_id=s.hit.chunk.id,
+            game=s.hit.chunk.game,
+            section=s.hit.chunk.section_path,
+            page=s.hit.chunk.page,
+            text=s.text,
+        )
+        for s, n in kept
+    ]
+    detail = f"{altered} sentence(s) not found verbatim, left out" if altered else ""
+    return quotes, Check("quotes", altered == 0 and bool(quotes), detail or f"{len(quotes)} shown")
+
+
+def citations_for(quotes: Sequence[Quote], hits: Sequence[Hit]) -> list[Citation]:
+    """One citation per quoted passage, in marker order."""
+    by_id = {hit.chunk.id: hit for hit in hits}
+    cited: dict[int, Citation] = {}
+    for quote in quotes:
+        hit = by_id[quote.chunk_id]
+        cited.setdefault(
+            quote.n,
+            Citation(
+                n=quote.n,
+                chunk_id=hit.chunk.id,
+                game=hit.chunk.game,
+                section=hit.chunk.section_path,
+                text=hit.chunk.text,
+            ),
+        )
+    return [cited[n] for n in sorted(cited)]

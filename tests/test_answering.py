@@ -1,0 +1,291 @@
+"""The answering stages with fakes: quotes, constrained selection, the conclusion's stream,
+the checks that do not trust the model, abstention and the order of what is shown."""
+
+import json
+
+import pytest
+from conftest import FakeEmbedder, ScriptedGenerator, make_hits
+
+from rag.answering.candidates import Sentence
+from rag.answering.checks import (
+    negation_check,
+    numbers_check,
+    stated_numbers,
+    strip_markers,
+)
+from rag.answering.conclusion import conclusion_schema, parse_conclusion, stream_conclusion
+from rag.answering.quotes import make_quotes
+from rag.answering.rewording import asks_yes_or_no
+from rag.answering.selection import parse_selection, selection_prompt, selection_schema
+from rag.pipeline import Pipeline
+from rag.settings import Settings
+from rag.types import Quote
+
+STEALTH = (
+    "If you enter a tile with at least one Monster token and DO NOT have any monster cards "
+    "attached to you, you may attempt a stealth test (see below) to sneak by them."
+)
+HITS = make_hits(f"Encountering monster tokens. {STEALTH}", "Your hand limit is 10 cards.")
+
+
+def sentence(hit_index: int, text: str, position: int = 0) -> Sentence:
+    return Sentence(HITS[hit_index], hit_index, position, text, 0.5)
+
+
+def quote(text: str, n: int = 1, translation: str | None = None) -> Quote:
+    return Quote(n, f"g:{n}", "g", "Game › Section", 4, text, translation)
+
+
+# --- quotes ------------------------------------------------------------------------------
+
+
+def test_quotes_are_verbatim_numbered_by_passage_in_reading_order() -> None:
+    quotes, check = make_quotes(
+        [sentence(1, "Your hand limit is 10 cards."), sentence(0, STEALTH, 1)]
+    )
+    assert [(q.n, q.text) for q in quotes] == [(1, "Your hand limit is 10 cards."), (2, STEALTH)]
+    assert check.passed and quotes[0].chunk_id == HITS[1].chunk.id
+
+
+def test_a_sentence_not_verbatim_in_its_passage_is_never_quoted() -> None:
+    altered = STEALTH.replace("DO NOT have", "have")
+    quotes, check = make_quotes([sentence(0, altered), sentence(1, "Your hand limit is 10 cards.")])
+    assert [q.text for q in quotes] == ["Your hand limit is 10 cards."]
+    assert not check.passed and "not found verbatim" in check.detail
+
+
+# --- selection ---------------------------------------------------------------------------
+
+
+def test_selection_schema_names_only_existing_sentences() -> None:
+    schema = selection_schema(count=5, most=3)
+    ids = schema["properties"]["ids"]
+    assert ids["items"]["enum"] == [1, 2, 3, 4, 5] and ids["maxItems"] == 3
+
+
+def test_selection_prompt_lists_the_candidates_and_carries_the_schema() -> None:
+    candidates = [sentence(0, STEALTH), sentence(1, "Your hand limit is 10 cards.")]
+    prompt = selection_prompt("hand limit?", "en", candidates, game_title="G", most=2)
+    shown = prompt.messages[-1]["content"]
+    assert "1. (Section 1) If you enter a tile" in shown
+    assert "2. (Section 2) Your hand limit is 10 cards." in shown
+    assert prompt.schema == selection_schema(2, 2) and prompt.task == "select"
+
+
+@pytest.mark.parametrize(
+    ("reply", "ids"),
+    [
+        ('{"ids": [3, 1]}', [3, 1]),
+        ('{"ids": []}', []),
+        ('{"ids": [2, 2, 9, 1, 3]}', [2, 1]),  # repeats and unknown ids go, then the most
+        ('Sure! {"ids": [4]} is my pick', [4]),  # off-form, read leniently
+        ("I think sentence one", None),
+        ('{"ids": [9]}', None),  # only sentences that do not exist
+    ],
+)
+def test_selection_replies_are_read_strictly_and_leniently(
+    reply: str, ids: list[int] | None
+) -> None:
+    assert parse_selection(reply, count=5, most=2) == ids
+
+
+# --- conclusion --------------------------------------------------------------------------
+
+
+def test_the_conclusion_field_streams_as_it_is_written_with_escapes_decoded() -> None:
+    reply = '{"translations": ["如果"], "conclusion": "No, \\"Stealth\\" \\u4e0d\\u884c.\\nOk"}'
+    pieces = [reply[i : i + 3] for i in range(0, len(reply), 3)]
+    seen: list[str] = []
+    streamed = "".join(stream_conclusion(iter(pieces), seen))
+    assert streamed == 'No, "Stealth" 不行.\nOk'
+    assert "".join(seen) == reply
+    parsed = parse_conclusion(reply, quotes=1)
+    assert parsed.text == streamed and parsed.translations == ("如果",)
+
+
+def test_a_plain_text_reply_is_the_conclusion() -> None:
+    seen: list[str] = []
+    assert "".join(stream_conclusion(iter(["  You may ", "not."]), seen)) == "  You may not."
+    assert parse_conclusion("You may not.", quotes=2) == parse_conclusion("You may not.", 2)
+    assert parse_conclusion("You may not.", quotes=2).translations == (None, None)
+
+
+def test_translations_are_asked_one_per_quote() -> None:
+    schema = conclusion_schema(translations=2)
+    assert list(schema["properties"]) == ["translations", "conclusion"]
+    assert schema["properties"]["translations"]["minItems"] == 2
+    assert list(conclusion_schema(0)["properties"]) == ["conclusion"]
+
+
+@pytest.mark.parametrize(
+    ("question", "lang", "expected"),
+    [
+        ("Does a monster that spawns on my tile attack at once?", "en", True),
+        ("Can I move diagonally?", "en", True),
+        ("When can't I do a stealth test?", "en", False),
+        ("怪物生成在玩家格，是立刻激活吗？", "zh", True),
+        ("能不能斜着走？", "zh", True),
+        ("什么时候不能进行潜行判定？", "zh", False),
+    ],
+)
+def test_yes_no_questions_are_told_apart(question: str, lang: str, expected: bool) -> None:
+    assert asks_yes_or_no(question, lang) is expected  # type: ignore[arg-type]
+
+
+# --- checks ------------------------------------------------------------------------------
+
+
+def test_the_reversed_stealth_rule_is_caught_and_the_right_one_passes() -> None:
+    quotes = [quote(STEALTH)]
+    reversed_ = "You can't do a stealth test if you don't have any monster cards attached."
+    right = "You can't do a stealth test when you already have a monster card attached."
+    assert not negation_check(reversed_, quotes).passed
+    assert negation_check(right, quotes).passed
+    assert negation_check(
+        "You may attempt a stealth test if you do not have monster cards attached.", quotes
+    ).passed
+
+
+def test_a_chinese_conclusion_is_checked_against_the_quote_translation() -> None:
+    translation = (
+        "如果你进入至少有一个怪物指示物的板块，且身上没有附着任何怪物卡，你可以尝试潜行判定。"
+    )
+    quotes = [quote(STEALTH, translation=translation)]
+    assert not negation_check("身上没有附着任何怪物卡时，你不能尝试潜行判定。", quotes).passed
+    assert negation_check("身上已附着怪物卡时，你不能尝试潜行判定。", quotes).passed
+
+
+def test_a_yes_no_answer_word_is_not_counted_as_the_claims_negation() -> None:
+    quotes = [quote("Monsters, in the current player's play area, activate and attack.")]
+    assert negation_check(
+        "No. Monsters in the current player's play area activate and attack.", quotes
+    ).passed
+
+
+def test_a_sentence_restating_no_quote_is_not_held_to_one() -> None:
+    quotes = [quote("Monsters activate from left to right.")]
+    check = negation_check("Not immediately: they wait until step 4 of the turn.", quotes)
+    assert check.passed and check.detail.startswith("0 ")
+
+
+def test_numbers_must_appear_in_the_quotes() -> None:
+    quotes = [quote("Your hand limit is ten cards."), quote("Roll the two Spawn dice.", n=2)]
+    assert numbers_check("You may hold 10 cards and roll 2 dice.", quotes).passed
+    failed = numbers_check("You may hold 12 cards.", quotes)
+    assert not failed.passed and "12" in failed.detail
+    assert numbers_check("Draw one card (抽一张).", quotes).passed  # "a card" in rule text
+    assert not numbers_check("每回合抽三张牌。", quotes).passed
+
+
+def test_numbers_are_read_in_every_form() -> None:
+    assert stated_numbers("roll 2 dice, draw three, 两张, 十二点, 第二十五步, D6 [7]") == {
+        2, 3, 12, 25
+    }  # fmt: skip
+
+
+def test_markers_the_model_wrote_must_point_at_a_shown_quote() -> None:
+    text, check = strip_markers("You may hold ten cards [1].", shown=[1, 2])
+    assert text == "You may hold ten cards." and check.passed
+    _, stray = strip_markers("You may hold ten cards [7].", shown=[1, 2])
+    assert not stray.passed and "[7]" in stray.detail
+
+
+# --- the pipeline with fakes --------------------------------------------------------------
+
+
+def scripted_pipeline_with(settings: Settings, generator: ScriptedGenerator) -> Pipeline:
+    return Pipeline(settings, embedder=FakeEmbedder(), generator=generator)
+
+
+def test_quotes_come_before_any_token_and_the_conclusion_cites_them(settings: Settings) -> None:
+    generator = ScriptedGenerator(conclusions=['{"conclusion": "You have a hand limit."}'])
+    events = list(
+        scripted_pipeline_with(settings, generator).ask_stream(
+            "What is the hand limit?", "Maximum Apocalypse"
+        )
+    )
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "quotes" and kinds.index("quotes") < kinds.index("token")
+    assert kinds[-1] == "answer" and kinds.count("answer") == 1
+    answer = events[-1].answer
+    assert answer is not None and not answer.abstained
+    assert answer.conclusion == "You have a hand limit."
+    assert answer.answer.startswith("Conclusion: You have a hand limit. [1]")
+    assert all(q.text in answer.answer for q in answer.quotes)
+    assert {c.n for c in answer.citations} == {q.n for q in answer.quotes}
+    assert [p.task for p in generator.prompts] == ["select", "conclude"]
+    data = answer.to_json()
+    assert data["conclusion"] and data["quotes"] and {c["name"] for c in data["checks"]} >= {
+        "quotes", "selection", "numbers", "negation", "markers"
+    }  # fmt: skip
+
+
+def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: Settings) -> None:
+    generator = ScriptedGenerator(conclusions=['{"conclusion": "You may hold 99 cards."}'])
+    answer = scripted_pipeline_with(settings, generator).ask(
+        "What is the hand limit?", "Maximum Apocalypse"
+    )
+    assert answer.conclusion is None and not answer.abstained
+    assert "99" not in answer.answer
+    assert answer.answer.startswith("Read the rule below")
+    assert answer.quotes and answer.citations
+    failed = [c for c in answer.checks if not c.passed]
+    assert [c.name for c in failed] == ["numbers"]
+    assert json.loads(json.dumps(answer.to_json()))["checks"]
+
+
+def test_selecting_no_sentence_abstains(settings: Settings) -> None:
+    generator = ScriptedGenerator(selections=['{"ids": []}'])
+    answer = scripted_pipeline_with(settings, generator).ask(
+        "Can I trade cards with the bus driver?", "DECK 52"
+    )
+    assert answer.abstained and answer.citations == [] and answer.passages
+    assert "The rulebook does not say" in answer.answer
+    assert [p.task for p in generator.prompts] == ["select"]  # nothing more was written
+
+
+def test_the_llm_selection_chooses_the_quotes(settings: Settings) -> None:
+    generator = ScriptedGenerator(selections=['{"ids": [3]}'])
+    pipeline = scripted_pipeline_with(settings, generator)
+    events = list(pipeline.ask_stream("What is the hand limit?", "Maximum Apocalypse"))
+    quote_events = [e for e in events if e.kind == "quotes"]
+    answer = events[-1].answer
+    assert answer is not None and len(answer.quotes) == 1
+    listed = generator.prompts[0].messages[-1]["content"].splitlines()
+    third = next(line for line in listed if line.startswith("3. "))
+    assert third.endswith(answer.quotes[0].text)
+    assert quote_events[-1].quotes == tuple(answer.quotes)  # the narrowed rule text was sent
+
+
+def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quotes(
+    settings: Settings,
+) -> None:
+    generator = ScriptedGenerator(
+        selections=['{"ids": [1]}'],
+        conclusions=['{"translations": ["手牌上限译文"], "conclusion": "有手牌上限。"}'],
+    )
+    answer = scripted_pipeline_with(settings, generator).ask("手牌上限是多少？", "末日启示录")
+    assert answer.lang == "zh" and answer.conclusion == "有手牌上限。"
+    assert answer.quotes[0].translation == "手牌上限译文"
+    assert "译文: 手牌上限译文" in answer.answer
+    assert "规则原文" in answer.answer
+    assert "translate each rule sentence" in generator.prompts[1].messages[-1]["content"]
+
+
+def test_the_extractive_backend_answers_with_quotes_alone(pipeline: Pipeline) -> None:
+    answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
+    assert answer.conclusion is None and not answer.abstained and answer.quotes
+    assert answer.answer.startswith("Rule text:")
+    assert all(q.text in answer.answer for q in answer.quotes)
+
+
+def test_follow_ups_show_the_earlier_question(settings: Settings) -> None:
+    from rag.types import Turn
+
+    generator = ScriptedGenerator()
+    pipeline = scripted_pipeline_with(settings, generator)
+    history = [Turn("What is the hand limit in Maximum Apocalypse?", "…", "maximum-apocalypse")]
+    answer = pipeline.ask("and if I'm starving?", history=history)
+    assert answer.game == "maximum-apocalypse"
+    shown = generator.prompts[0].messages[-1]["content"]
+    assert "Earlier question: <<<What is the hand limit in Maximum Apocalypse?>>>" in shown
