@@ -70,6 +70,7 @@ class LlamaCppGenerator(Generator):
         self._seed = seed
         self._prompt_lookup = prompt_lookup
         self._llm: Any = None
+
         # llama.cpp contexts are not thread-safe: one generation at a time per model.
         self.lock = threading.Lock()
 

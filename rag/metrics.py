@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rag.answering.checks import answer_word
 from rag.lang import detect_lang
 from rag.prompting import phrases
 from rag.types import LANGS, Lang
@@ -72,33 +73,14 @@ def supported_citations(citation_texts: Iterable[str], evidence: Sequence[str]) 
 
 # --- the right way round (probe items: polarity, right_way, wrong_way) -------------------
 
-_EN_OPENER = re.compile(r"(yes|no)\b")
-# Chinese "no" openers are tried first: 不会 is not 会.
-_ZH_NO = ("不", "否", "没", "并不", "并没", "并非", "无法", "无需", "无须")
-_ZH_YES = ("是", "对", "可以", "会", "能", "需要", "要", "必须", "算", "有", "当然", "允许", "行")
-_LEADING = re.compile(r"^[\s*_#>\"'“”‘’「」『』【】()（）:：-]+")
 PROBE_FIELDS = ("polarity", "right_way", "wrong_way")
-
-
-def opens_with(answer: str, lang: Lang) -> str | None:
-    """The yes or no a conclusion opens with (en yes/no; zh 是/可以/会… or 不/否/没…)."""
-    head = _LEADING.sub("", answer).casefold()
-    match = _EN_OPENER.match(head)
-    if match:
-        return match.group(1)
-    if lang == "zh":
-        if head.startswith(_ZH_NO):
-            return "no"
-        if head.startswith(_ZH_YES):
-            return "yes"
-    return None
 
 
 def way_round_problems(conclusion: str, lang: Lang, probe: dict[str, Any]) -> list[str]:
     """Why a conclusion is not the right way round by the item's probe fields (none: it is):
     it opens with the expected yes or no, holds a right_way wording, and no wrong_way one."""
     problems = []
-    if "polarity" in probe and opens_with(conclusion, lang) != probe["polarity"]:
+    if "polarity" in probe and answer_word(conclusion, lang) != probe["polarity"]:
         problems.append(f"does not open with {probe['polarity']!r}")
     if "right_way" in probe and not contains_any(conclusion, probe["right_way"]):
         problems.append("holds no right_way wording")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,10 +80,20 @@ DEFAULT_SELECTION = '{"ids": [1]}'
 DEFAULT_CONCLUSION = '{"conclusion": "See the rule."}'
 
 
+def first_rule(prompt: Prompt) -> str:
+    """The first rule sentence a conclusion prompt shows: what a fake conclusion restates,
+    so that the checks can vouch for it."""
+    found = re.search(r"^1\. \([^)]*\) (.*)$", prompt.messages[-1]["content"], re.M)
+    assert found is not None, "not a conclusion prompt"
+    return found[1]
+
+
 class ScriptedGenerator(Generator):
     """Replies with queued texts per task, streamed word by word; records the prompts it got.
 
     Unscripted, a selection names the first candidate and a conclusion says "See the rule."
+    A scripted conclusion's "{rule}" becomes the first rule sentence shown (JSON-escaped),
+    so that the conclusion restates a quote.
     """
 
     name = "scripted"
@@ -96,7 +108,10 @@ class ScriptedGenerator(Generator):
     def reply(self, prompt: Prompt) -> str:
         if prompt.task == "select":
             return self.selections.pop(0) if self.selections else DEFAULT_SELECTION
-        return self.conclusions.pop(0) if self.conclusions else DEFAULT_CONCLUSION
+        reply = self.conclusions.pop(0) if self.conclusions else DEFAULT_CONCLUSION
+        if "{rule}" in reply:
+            reply = reply.replace("{rule}", json.dumps(first_rule(prompt))[1:-1])
+        return reply
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
         self.prompts.append(prompt)
@@ -167,9 +182,9 @@ def serve_api() -> Iterator[Callable[..., str]]:
 
 
 class SlowGenerator(Generator):
-    """Selects the first candidate at once, then writes a plain-text conclusion of `pieces`
-    words, `delay` seconds apart; records how far it got and whether it was closed early
-    (the client left), to test streaming and the model queue."""
+    """Selects the first candidate at once, then writes a plain-text conclusion: the first
+    rule restated, then `pieces` words, `delay` seconds apart; records how far it got and
+    whether it was closed early (the client left), to test streaming and the model queue."""
 
     name = "slow"
 
@@ -186,10 +201,11 @@ class SlowGenerator(Generator):
             return
         self.started.set()
         try:
+            yield first_rule(prompt) + " "
             for i in range(self.pieces):
                 time.sleep(self.delay)
                 self.produced += 1
-                yield f"word{i} "
+                yield f"Word{i} "  # capitalised: a sentence of its own
         finally:
             self.finished.set()
 

@@ -116,7 +116,7 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     page.wait_for_selector(".rk-passage-text")
     # The draft streams in, set apart until it is checked.
     page.wait_for_function(
-        "() => document.querySelector('.rk-draft-text').textContent.includes('word1')"
+        "() => document.querySelector('.rk-draft-text').textContent.includes('Word1')"
         " && !document.querySelector('.rk-cite')"
     )
     assert page.locator(".rk-draft").is_visible()
@@ -127,7 +127,7 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     # The checked answer replaces both; the passage a reader opened stays open.
     page.wait_for_selector(".rk-cite")
     answer = page.inner_text(".rk-answer")
-    assert answer.startswith("Conclusion: word0") and "word11" in answer and "Rule text:" in answer
+    assert answer.startswith("Conclusion: ") and "Word11" in answer and "Rule text:" in answer
     assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
     assert page.inner_text(".rk-draft-text") == ""
     assert page.locator(".rk-passage").is_visible()
@@ -149,7 +149,7 @@ def test_model_and_user_text_is_never_html(
     page: Any, serve_api: Any, scripted_pipeline: Pipeline, scripted: ScriptedGenerator
 ) -> None:
     payload = '<img src=x onerror="window.__rkXss=true"><b>bold</b>'
-    scripted.conclusions = [json.dumps({"conclusion": payload})]
+    scripted.conclusions = [json.dumps({"conclusion": "{rule} " + payload})]
     open_demo(page, serve_api(scripted_pipeline))
     question = "<script>window.__rkXss=2</script> " + QUESTION
     ask(page, question)

@@ -101,6 +101,8 @@ class AnswerBook(Generator):
     def stream(self, prompt: Prompt) -> Iterator[str]:
         if prompt.task == "select":
             yield '{"ids": [1]}' if prompt.question in CONCLUSIONS else '{"ids": []}'
+        elif prompt.task == "translate":
+            yield prompt.question  # the sentence, unchanged
         else:
             yield json.dumps({"conclusion": CONCLUSIONS[prompt.question]}, ensure_ascii=False)
 

@@ -31,7 +31,7 @@ def test_system_prompt_is_one_cached_prefix_for_every_task_and_question() -> Non
     candidates = [Sentence(make_hits(STEALTH)[0], 0, 0, STEALTH, 0.5)]
     quotes, _ = make_quotes(candidates)
     select = selection_prompt("Q one?", "en", candidates, game_title="Suros", most=1)
-    conclude = conclusion_prompt("问题二？", "zh", quotes, game_title="DECK 52", translate=True)
+    conclude = conclusion_prompt("问题二？", "zh", quotes, game_title="DECK 52")
     assert select.messages[0] == conclude.messages[0]
     assert "rulebook of Suros" in select.messages[-1]["content"]
     assert "rulebook of DECK 52" in conclude.messages[-1]["content"]
@@ -91,7 +91,7 @@ def test_real_gguf_model_loads_and_streams(real_settings: Settings) -> None:
     )
     assert parse_selection(generator.complete(prompt), 1, 1) == [1]  # the grammar holds it
     quotes, _ = make_quotes(candidates)
-    prompt = conclusion_prompt("How many?", "en", quotes, game_title="G", translate=False)
+    prompt = conclusion_prompt("How many?", "en", quotes, game_title="G")
     pieces = list(generator.stream(prompt))
     assert len(pieces) > 1 and "".join(pieces).strip()
 

@@ -1,8 +1,9 @@
 """The answering stages in the order a question flows through them.
 
 passages -> candidates (the sentences closest to the question) -> quotes (verbatim, shown
-at once) -> selection (the LLM names the sentences that answer) -> abstention -> conclusion
-(the LLM answers from the selected quotes alone) -> checks -> assembly.
+at once) -> selection (the LLM names the sentences that answer; none: the rulebook is
+silent) -> translation (for a question in another language) -> conclusion (the LLM answers
+from the selected quotes alone) -> checks -> assembly.
 With the extractive backend no model runs: the quotes are the answer.
 """
 
@@ -10,14 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rag.answering.assembly import not_covered_answer, quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
-from rag.answering.checks import faithful, negation_check, numbers_check, strip_markers
+from rag.answering.checks import (
+    answer_word_check,
+    negation_check,
+    numbers_check,
+    strip_markers,
+)
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.quotes import make_quotes
 from rag.answering.selection import parse_selection, selection_prompt
+from rag.answering.translation import Translator
 from rag.generation import Generator
 from rag.settings import GenerationSettings
 from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
@@ -42,6 +49,7 @@ class Answerer:
     ) -> None:
         self.candidates = candidates
         self.generator = generator
+        self.translator = Translator(generator)
         self.settings = settings
 
     def stream(self, question: Question, hits: list[Hit]) -> Iterator[StreamEvent]:
@@ -62,7 +70,12 @@ class Answerer:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
             quotes, quote_check = make_quotes(chosen)
+            checks = [quote_check, selection_check]
             if quotes != closest:
+                yield _quotes_event(quotes, question.lang)
+            if question.lang != chosen[0].hit.chunk.lang:
+                quotes, translation_check = self.translator.translate(quotes, question.lang)
+                checks.append(translation_check)
                 yield _quotes_event(quotes, question.lang)
             reply: list[str] = []
             prompt = conclusion_prompt(
@@ -70,14 +83,11 @@ class Answerer:
                 question.lang,
                 quotes,
                 game_title=question.game.title,
-                translate=question.lang != chosen[0].hit.chunk.lang,
                 earlier_question=question.earlier,
             )
             for text in stream_conclusion(self.generator.stream(prompt), reply):
                 yield StreamEvent("token", text=text)
-            answer = self._concluded(
-                question, hits, quotes, "".join(reply), [quote_check, selection_check]
-            )
+            answer = self._concluded(question, hits, quotes, "".join(reply), checks)
         answer.timings.generate_s = time.perf_counter() - started
         yield StreamEvent("answer", answer=answer)
 
@@ -110,16 +120,15 @@ class Answerer:
         reply: str,
         checks: list[Check],
     ) -> Answer:
-        parsed = parse_conclusion(reply, len(quotes))
-        translated, translation_check = _translated(quotes, parsed.translations)
-        if translation_check is not None:
-            checks.append(translation_check)
-        conclusion, marker_check = strip_markers(parsed.text, [q.n for q in translated])
+        conclusion, marker_check = strip_markers(
+            parse_conclusion(reply, question.text, question.lang), [q.n for q in quotes]
+        )
         checks.append(marker_check)
         if conclusion:
             checks += [
-                numbers_check(conclusion, translated),
-                negation_check(conclusion, translated),
+                numbers_check(conclusion, quotes),
+                negation_check(conclusion, quotes),
+                answer_word_check(conclusion, question.text, question.lang),
             ]
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))
@@ -130,7 +139,7 @@ class Answerer:
             question.text,
             question.game.slug,
             question.lang,
-            quotes=translated,
+            quotes=quotes,
             conclusion=conclusion if shown else None,
             withheld=not shown,
             checks=checks,
@@ -157,26 +166,6 @@ class Answerer:
         return not_covered_answer(
             question.text, question.game.slug, question.lang, hits, self.generator.name, checks
         )
-
-
-def _translated(
-    quotes: list[Quote], translations: Sequence[str | None]
-) -> tuple[list[Quote], Check | None]:
-    """Quotes with the translations that pass the faithfulness check; None when no
-    translation was asked for or given."""
-    if not any(translations):
-        return quotes, None
-    kept: list[Quote] = []
-    dropped = []
-    for quote, translation in zip(quotes, translations, strict=True):
-        if translation and faithful(translation, quote.text):
-            kept.append(replace(quote, translation=translation))
-        else:
-            kept.append(quote)
-            if translation:
-                dropped.append(str(quote.n))
-    detail = f"not faithful to quote(s) {', '.join(dropped)}, not shown" if dropped else ""
-    return kept, Check("translation", not dropped, detail)
 
 
 def _quotes_event(quotes: Sequence[Quote], lang: Lang) -> StreamEvent:

@@ -1,9 +1,12 @@
 """Checks that do not trust the model: a conclusion is shown only when it passes them all.
 
 - numbers: every number the conclusion states appears in its quotes;
-- negation: a conclusion sentence that restates a quote says "not" as often, modulo two,
-  as the quote does ("you may … if you DO NOT have" read back as "you can't … if you don't
-  have" has one negation too many and is caught);
+- negation: at least one conclusion sentence restates a quote (most of its words are the
+  quote's, or its translation's), so a quote vouches for it; each sentence that restates
+  one says "not" as often, modulo two, as the quote does ("you may … if you DO NOT have"
+  read back as "you can't … if you don't have" has one negation too many and is caught);
+- answer_word: an opening yes or no agrees with the claim after it ("Yes, you cannot …"
+  is caught), judged when the claim restates the question;
 - markers: the model was told to write none; any it wrote must point at a shown quote.
 A translation is a restatement of its quote, so it must pass the numbers and negation
 checks against that quote, or it is not shown.
@@ -13,9 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 from rag.lang import CJK_RE, sentence_spans, tokenize
-from rag.types import Check, Quote
+from rag.types import Check, Lang, Quote
 
 MARKER = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
 
@@ -85,13 +89,33 @@ _ZH_NEGATION = re.compile(r"不(?![同断仅过少久论管如料妨但])|没|�
 # A yes/no answer word opening a conclusion answers the question; the claim follows it.
 _ANSWER_WORD = re.compile(
     r"^\s*(?:(?:yes|no)\b[\s,.;:!—-]*"
-    r"|(?:是的|是|不是|不|否|对|不对|可以|不可以|能|不能|会|不会|需要|不需要)\s*[，,。.！!：:；;]\s*)",
+    r"|(?:是的|是|不是|不|否|对|不对|可以|不可以|能|不能|会|不会|需要|不需要|要|不要|有|没有|算|不算)"
+    r"\s*[，,。.！!：:；;]\s*)",
     re.IGNORECASE,
 )
+_EN_OPENER = re.compile(r"(yes|no)\b")
+# How a Chinese answer says no, tried before yes (不会 is not 会), and yes.
+_ZH_NO = ("不", "否", "没", "并不", "并没", "并非", "无法", "无需", "无须")
+_ZH_YES = ("是", "对", "可以", "会", "能", "需要", "要", "必须", "算", "有", "当然", "允许", "行")
+_LEADING = re.compile(r"^[\s*_#>\"'“”‘’「」『』【】()（）:：-]+")
 # Share of a conclusion sentence's words that a quote must hold for the sentence to count
 # as restating it. Below it the sentence says something else (answers a yes/no question's
 # own proposition, joins two rules), and its negations need not match any one quote's.
 RESTATES = 0.6
+
+
+def answer_word(text: str, lang: Lang) -> Literal["yes", "no"] | None:
+    """The yes or no a text opens with (en yes/no; zh 是/可以/会… or 不/否/没…)."""
+    head = _LEADING.sub("", text).casefold()
+    match = _EN_OPENER.match(head)
+    if match:
+        return "yes" if match[1] == "yes" else "no"
+    if lang == "zh":
+        if head.startswith(_ZH_NO):
+            return "no"
+        if head.startswith(_ZH_YES):
+            return "yes"
+    return None
 
 
 def negations(text: str) -> int:
@@ -104,45 +128,69 @@ def _words(text: str) -> set[str]:
     return {w[:-1] if len(w) > 3 and w.endswith("s") and w.isascii() else w for w in tokenize(text)}
 
 
-def restated(sentence: str, sources: Sequence[str]) -> int | None:
-    """Index of the source the sentence restates (most of its words in it), if any."""
+def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> int | None:
+    """Index of the source the sentence restates (`share` of its words in it), if any."""
     words = _words(sentence)
     if len(words) < 2:
         return None
     shares = [len(words & _words(source)) / len(words) for source in sources]
     best = max(range(len(sources)), key=lambda i: shares[i], default=None)
-    return best if best is not None and shares[best] >= RESTATES else None
+    return best if best is not None and shares[best] >= share else None
 
 
-def flipped(sentence: str, source: str) -> bool:
+def flipped(claim: str, source: str) -> bool:
     """Whether a restatement says "not" an odd number of times more or less than its source."""
-    claim = _ANSWER_WORD.sub("", sentence)
     return negations(claim) % 2 != negations(source) % 2
 
 
-def negation_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
-    """Each conclusion sentence against the quote it restates: in the quote's own words, or
-    in its translation for a conclusion in another language."""
-    sources = [
-        q.translation if CJK_RE.search(conclusion) and not CJK_RE.search(q.text) else q.text
-        for q in quotes
+def _sources(conclusion: str, quotes: Sequence[Quote]) -> list[tuple[int, str]]:
+    """What each quote is compared in: its own words, or its translation for a conclusion
+    in another language (no translation: not comparable)."""
+    foreign = bool(CJK_RE.search(conclusion))
+    pairs = [
+        (i, q.translation if foreign and not CJK_RE.search(q.text) else q.text)
+        for i, q in enumerate(quotes)
     ]
-    comparable = [(i, s) for i, s in enumerate(sources) if s]
+    return [(i, text) for i, text in pairs if text]
+
+
+def _claims(conclusion: str) -> list[str]:
+    """The conclusion's sentences, the opening yes/no word taken off the first."""
+    sentences = [conclusion[start:end] for start, end in sentence_spans(conclusion)]
+    return [c for c in (_ANSWER_WORD.sub("", s).strip() for s in sentences) if c]
+
+
+def negation_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
+    """Each conclusion sentence against the quote it restates, if it restates one; at least
+    one must, or the conclusion says nothing a quote can vouch for."""
+    comparable = _sources(conclusion, quotes)
     checked = 0
-    for start, end in sentence_spans(conclusion):
-        sentence = conclusion[start:end]
-        found = restated(sentence, [s for _, s in comparable])
+    for claim in _claims(conclusion):
+        found = restated(claim, [text for _, text in comparable])
         if found is None:
             continue
         checked += 1
         index, source = comparable[found]
-        if flipped(sentence, source):
+        if flipped(claim, source):
             return Check(
-                "negation",
-                False,
-                f"{sentence.strip()!r} reverses the negation of quote {quotes[index].n}",
+                "negation", False, f"{claim!r} reverses the negation of quote {quotes[index].n}"
             )
+    if not checked:
+        return Check("negation", False, "restates no quote, so it cannot be checked")
     return Check("negation", True, f"{checked} restating sentence(s) checked")
+
+
+def answer_word_check(conclusion: str, question: str, lang: Lang) -> Check:
+    """A yes or no must agree with the claim after it: "No, you cannot X" to "Can I X?",
+    not "Yes, you cannot X". Judged only when the claim restates the question's words."""
+    word = answer_word(conclusion, lang)
+    claims = _claims(conclusion)
+    if word is None or not claims or restated(claims[0], [question], share=0.5) is None:
+        return Check("answer_word", True, "not judged")
+    expected = "no" if negations(question) % 2 != negations(claims[0]) % 2 else "yes"
+    if word != expected:
+        return Check("answer_word", False, f"opens with {word!r} but its claim says {expected!r}")
+    return Check("answer_word", True)
 
 
 # --- markers -----------------------------------------------------------------------------

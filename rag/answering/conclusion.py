@@ -1,11 +1,10 @@
 """Conclusion: one or two sentences that answer the question as asked, from the quotes alone.
 
-The LLM sees only the quoted sentences it selected, not the other candidates, so it has
-little to misread. A yes/no question is told to begin with yes or no; a negated when/where
-question is asked both ways round (see rewording). For a question in another language than
-the rulebook's, the reply first renders each quote faithfully (the quote itself stays as
-written: it is the rule), then concludes in the asker's language. The reply is JSON held to
-a schema; its "conclusion" string streams out as it is written.
+The LLM sees only the quoted sentences it selected (with their renderings, for a question
+in another language), not the other candidates, so it has little to misread. A yes/no
+question is told to begin with yes or no; a negated when/where question is asked both ways
+round (see rewording). The reply is JSON held to a schema; its "conclusion" string streams
+out as it is written.
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from rag.answering.rewording import asks_yes_or_no, both_sides
+from rag.answering.rewording import asks_yes_or_no, both_sides, yes_no_word
 from rag.answering.selection import context_line
 from rag.prompting import Prompt, fill, phrases, render, system_message
 from rag.types import Lang, Quote
@@ -26,15 +24,13 @@ _FIELD_START = re.compile(rf'"{CONCLUSION_FIELD}"\s*:\s*"')
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-def conclusion_schema(translations: int) -> dict[str, Any]:
+ANSWER_FIELD = "answer"  # a yes/no question's yes or no, chosen before the conclusion
+
+
+def conclusion_schema(yes_no: bool) -> dict[str, Any]:
     properties: dict[str, Any] = {}
-    if translations:
-        properties["translations"] = {
-            "type": "array",
-            "items": {"type": "string"},
-            "minItems": translations,
-            "maxItems": translations,
-        }
+    if yes_no:
+        properties[ANSWER_FIELD] = {"type": "string", "enum": ["yes", "no"]}
     properties[CONCLUSION_FIELD] = {"type": "string"}
     return {"type": "object", "properties": properties, "required": list(properties)}
 
@@ -45,14 +41,16 @@ def conclusion_prompt(
     quotes: Sequence[Quote],
     *,
     game_title: str,
-    translate: bool,
     earlier_question: str | None = None,
 ) -> Prompt:
     words = phrases(lang)
-    yes_no = words["yes_no_hint"] if asks_yes_or_no(question, lang) else ""
-    task_key = "conclude_translated" if translate else "conclude"
-    task = fill(words[task_key], task_key, yes_no=yes_no)
-    rule_text = "\n".join(f"{i}. ({q.label}) {q.text}" for i, q in enumerate(quotes, start=1))
+    yes_no = asks_yes_or_no(question, lang)
+    reply = words["reply_yes_no" if yes_no else "reply_plain"]
+    task = fill(words["conclude"], "conclude", reply=fill(reply, "reply"))
+    rule_text = "\n".join(
+        f"{i}. ({q.label}) {q.text}" + (f"\n   ({q.translation})" if q.translation else "")
+        for i, q in enumerate(quotes, start=1)
+    )
     closest = quotes[0].text if quotes else None
     user = render(
         "conclude.txt",
@@ -66,33 +64,26 @@ def conclusion_prompt(
         task="conclude",
         question=question,
         messages=[system_message(), {"role": "user", "content": user}],
-        schema=conclusion_schema(len(quotes) if translate else 0),
+        schema=conclusion_schema(yes_no),
     )
 
 
-@dataclass(frozen=True)
-class Conclusion:
-    text: str
-    translations: tuple[str | None, ...]  # one per quote, None where none was given
-
-
-def parse_conclusion(reply: str, quotes: int) -> Conclusion:
-    """The reply as JSON; a reply that is not JSON (a backend that cannot hold the schema)
-    is the conclusion itself, with no translations."""
+def parse_conclusion(reply: str, question: str, lang: Lang) -> str:
+    """The reply's conclusion, opened by the yes or no chosen for a yes/no question (in
+    the question's own verb: 可以 / 不可以). A reply that is not JSON (a backend that cannot
+    hold the schema) is the conclusion itself."""
     try:
         data = json.loads(reply)
     except json.JSONDecodeError:
-        data = None
+        return reply.strip()
     if not isinstance(data, dict):
-        return Conclusion(reply.strip(), (None,) * quotes)
+        return reply.strip()
     text = data.get(CONCLUSION_FIELD)
-    raw = data.get("translations")
-    given = [t.strip() if isinstance(t, str) and t.strip() else None for t in raw or []]
-    translations = (given + [None] * quotes)[:quotes] if isinstance(raw, list) else []
-    return Conclusion(
-        text.strip() if isinstance(text, str) else "",
-        tuple(translations) or (None,) * quotes,
-    )
+    text = text.strip() if isinstance(text, str) else ""
+    answer = data.get(ANSWER_FIELD)
+    if text and answer in ("yes", "no"):
+        return f"{yes_no_word(answer, question, lang)} {text}"
+    return text
 
 
 def stream_conclusion(pieces: Iterator[str], reply: list[str]) -> Iterator[str]:

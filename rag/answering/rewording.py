@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from rag.prompting import phrases
 from rag.types import Lang
 
 # Negated modal → its positive form.
@@ -102,3 +103,17 @@ def asks_yes_or_no(question: str, lang: Lang) -> bool:
     """Whether the question asks for a yes or a no ("Is it immediate?", "是立刻激活吗？")."""
     pattern = _ZH_YES_NO if lang == "zh" else _EN_YES_NO
     return bool(pattern.search(question.strip()))
+
+
+# The verb a Chinese yes/no question turns on, so the answer says 可以 / 不可以, not 是 / 不是.
+_ZH_VERBS = ("可以", "能", "会", "需要", "要", "有", "算")
+
+
+def yes_no_word(answer: str, question: str, lang: Lang) -> str:
+    """How a conclusion opens for `answer` ("yes" or "no") to this question."""
+    if lang == "zh":
+        verb = next((v for v in _ZH_VERBS if v in question), None)
+        if verb:
+            word = verb if answer == "yes" else ("没" if verb == "有" else "不") + verb
+            return f"{word}。"
+    return phrases(lang)[answer]
