@@ -27,7 +27,7 @@ from rag.lang import detect_lang
 from rag.reranking import Reranker, make_reranker
 from rag.retrieval import Retriever
 from rag.settings import Settings, load_settings
-from rag.types import Answer, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
+from rag.types import Answer, Check, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -219,7 +219,10 @@ class Pipeline:
         retrieve_s = time.perf_counter() - started
         answer: Answer | None = None
         if not self.ensure_index().is_relevant(hits):
-            answer = not_covered_answer(question, info.slug, lang, hits, self.generator.name)
+            silent = Check("relevance", False, "no passage is close enough to the question")
+            answer = not_covered_answer(
+                question, info.slug, lang, hits, self.generator.name, [silent]
+            )
         else:
             earlier = history[-1].question if history else None
             asked = Question(question.strip(), lang, info, earlier)

@@ -129,7 +129,9 @@ class Quote:
 class Check:
     """One check an answer went through before its conclusion was shown."""
 
-    name: str  # quotes, selection, numbers, negation, markers, translation, abstention
+    # quotes, selection, translation, markers, numbers, negation, answer_word, conclusion;
+    # relevance when retrieval found nothing close enough to answer from
+    name: str
     passed: bool
     detail: str = ""
 

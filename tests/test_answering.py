@@ -180,6 +180,8 @@ def test_a_conclusion_restating_no_quote_cannot_be_checked_so_it_fails() -> None
     check = negation_check("Not immediately: they wait until step 4 of the turn.", quotes)
     assert not check.passed and "restates no quote" in check.detail
     assert not negation_check("是", quotes).passed  # a bare yes vouches for nothing
+    glossed = [quote("Revive: roll a die.", translation="复活（Revive）：掷一个骰子。")]
+    assert not negation_check("能。 复活（Revive）", glossed).passed  # one word and its gloss
     two = "No. They wait. Monsters activate from left to right."
     assert negation_check(two, quotes).passed  # one sentence restating a quote is enough
 

@@ -75,6 +75,7 @@ def test_irrelevant_retrieval_abstains_without_asking_the_model(
     assert answer.abstained and answer.lang == "zh"
     assert "规则书中没有找到" in answer.answer
     assert scripted.prompts == []
+    assert [(c.name, c.passed) for c in answer.checks] == [("relevance", False)]
 
 
 @pytest.mark.real_models

@@ -102,6 +102,10 @@ _LEADING = re.compile(r"^[\s*_#>\"'“”‘’「」『』【】()（）:：-]+
 # as restating it. Below it the sentence says something else (answers a yes/no question's
 # own proposition, joins two rules), and its negations need not match any one quote's.
 RESTATES = 0.6
+# A claim of fewer content words restates anything that names them. Words in brackets
+# are glosses ("复活（Revive）" is one word, not two) and do not count.
+MIN_CLAIM_WORDS = 2
+_GLOSS = re.compile(r"（[^（）]*）|\([^()]*\)")
 
 
 def answer_word(text: str, lang: Lang) -> Literal["yes", "no"] | None:
@@ -130,8 +134,8 @@ def _words(text: str) -> set[str]:
 
 def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> int | None:
     """Index of the source the sentence restates (`share` of its words in it), if any."""
-    words = _words(sentence)
-    if len(words) < 2:
+    words = _words(_GLOSS.sub(" ", sentence))
+    if len(words) < MIN_CLAIM_WORDS:
         return None
     shares = [len(words & _words(source)) / len(words) for source in sources]
     best = max(range(len(sources)), key=lambda i: shares[i], default=None)

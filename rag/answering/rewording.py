@@ -88,21 +88,25 @@ def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> st
     return question
 
 
-# A yes/no question opens with an auxiliary (English) or asks with 吗 / A-not-A (Chinese).
-_EN_YES_NO = re.compile(
-    r"^\s*(?:so\s+|and\s+|but\s+)?(?:can|could|do|does|did|is|are|was|were|may|must|should"
+# A yes/no question's last clause opens with an auxiliary ("If the Dog dies, can I keep
+# playing?"; "Explore icon: is it optional?"); a question word there makes it open (English).
+# Chinese asks with 吗, 是否 or A-not-A (能不能, 算不算).
+_EN_AUXILIARY = re.compile(
+    r"^(?:so\s+|and\s+|but\s+|then\s+)?(?:can|could|do|does|did|is|are|was|were|may|must|should"
     r"|shall|will|would|has|have|am)\b",
     re.IGNORECASE,
 )
-_ZH_YES_NO = re.compile(
-    r"吗\s*[？?]?\s*$|是否|能否|可否|会不会|能不能|可不可以|是不是|有没有|要不要|需不需要"
-)
+_CLAUSE_BREAK = re.compile(r"[,;:.!?，；：。！]\s*")
+_ZH_YES_NO = re.compile(r"吗\s*[？?]?\s*$|是否|能否|可否|([\u4e00-\u9fff])不\1|有没有")
 
 
 def asks_yes_or_no(question: str, lang: Lang) -> bool:
     """Whether the question asks for a yes or a no ("Is it immediate?", "是立刻激活吗？")."""
-    pattern = _ZH_YES_NO if lang == "zh" else _EN_YES_NO
-    return bool(pattern.search(question.strip()))
+    text = question.strip()
+    if lang == "zh":
+        return bool(_ZH_YES_NO.search(text))
+    clauses = [c for c in _CLAUSE_BREAK.split(text) if c.strip()]
+    return bool(clauses) and bool(_EN_AUXILIARY.match(clauses[-1].strip()))
 
 
 # The verb a Chinese yes/no question turns on, so the answer says 可以 / 不可以, not 是 / 不是.
