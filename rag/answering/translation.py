@@ -12,6 +12,7 @@ of the process, so a sentence quoted again is not translated again.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -22,6 +23,14 @@ from rag.prompting import Prompt, fill, phrases, system_message
 from rag.types import Check, Lang, Quote
 
 TRANSLATION_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
+TRANSLATION_FIELD = "translation"
+# The reply is held to this shape: asked for plain text under a system prompt that wants JSON,
+# the 1.5B model wrapped its translation in JSON of its own invention (```json {"翻译": …}).
+TRANSLATION_SCHEMA = {
+    "type": "object",
+    "properties": {TRANSLATION_FIELD: {"type": "string"}},
+    "required": [TRANSLATION_FIELD],
+}
 
 
 class Translator:
@@ -43,9 +52,10 @@ class Translator:
                 system_message(),
                 {"role": "user", "content": fill(task, "translate", sentence=text)},
             ],
+            schema=TRANSLATION_SCHEMA,
             max_tokens=TRANSLATION_TOKENS,
         )
-        rendered = self.generator.complete(prompt).strip()
+        rendered = _field(self.generator.complete(prompt))
         with self._lock:
             self._done[(lang, text)] = rendered
         return rendered
@@ -63,3 +73,14 @@ class Translator:
                 dropped.append(str(quote.n))
         detail = f"not faithful to quote(s) {', '.join(dropped)}, not shown" if dropped else ""
         return shown, Check("translation", not dropped, detail)
+
+
+def _field(reply: str) -> str:
+    """The translation in the JSON reply; a reply that is not JSON (a backend that cannot
+    hold the schema) is the translation itself."""
+    try:
+        data = json.loads(reply)
+    except json.JSONDecodeError:
+        return reply.strip()
+    text = data.get(TRANSLATION_FIELD) if isinstance(data, dict) else None
+    return text.strip() if isinstance(text, str) else ""
