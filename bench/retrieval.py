@@ -24,7 +24,7 @@ from eval import DEFAULT_GOLD
 from eval.runner import GoldItem, load_gold
 from rag.metrics import first_hit_rank, hit_at, mean, percentile, reciprocal_rank, share
 from rag.pipeline import Pipeline
-from rag.retrieval import Mode, Retriever
+from rag.searching.retrieval import Mode, Retriever
 from rag.settings import load_settings
 
 MODES: tuple[Mode, ...] = ("bm25", "dense", "hybrid")

@@ -34,10 +34,10 @@ from eval.runner import (
     format_value,
     run_eval,
 )
-from rag.embedding import Embedder, embedder_for
 from rag.errors import InputError, RulekeeperError
 from rag.generation import Generator, make_generator
 from rag.pipeline import Pipeline
+from rag.searching.embedding import Embedder, embedder_for
 from rag.settings import Settings
 
 if TYPE_CHECKING:

@@ -16,16 +16,16 @@ from pathlib import Path
 from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
-from rag.chunking import chunk_document
-from rag.corpus import Corpus, slugify, write_manifest
-from rag.embedding import Embedder, embedder_for
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
 from rag.generation import Generator, make_generator
-from rag.index import IndexStore
-from rag.ingest import SUPPORTED_SUFFIXES, load_document
 from rag.lang import detect_lang
-from rag.reranking import Reranker, make_reranker
-from rag.retrieval import Retriever
+from rag.reading.chunking import chunk_document
+from rag.reading.corpus import Corpus, slugify, write_manifest
+from rag.reading.files import SUPPORTED_SUFFIXES, load_document
+from rag.searching.embedding import Embedder, embedder_for
+from rag.searching.index import IndexStore
+from rag.searching.reranking import Reranker, make_reranker
+from rag.searching.retrieval import Retriever
 from rag.settings import Settings, load_settings
 from rag.types import Answer, Check, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
 

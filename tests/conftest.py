@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rag.embedding import Embedder
 from rag.generation import ExtractiveGenerator, Generator
 from rag.lang import tokenize
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
+from rag.searching.embedding import Embedder
 from rag.settings import BUILTIN_CORPUS, Settings, default_home
 from rag.types import Chunk, Hit
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from rag.chunking import chunk_document
-from rag.corpus import Corpus
-from rag.ingest import load_document
+from rag.reading.chunking import chunk_document
+from rag.reading.corpus import Corpus
+from rag.reading.files import load_document
 from rag.types import Chunk, Document, GameInfo
 
 CORPUS = Corpus.load((Path("corpus"), True))

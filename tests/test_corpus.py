@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.corpus import Corpus, slugify
 from rag.errors import CorpusError, GameNotFoundError
+from rag.reading.corpus import Corpus, slugify
 from rag.settings import BUILTIN_CORPUS
 
 

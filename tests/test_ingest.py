@@ -3,10 +3,10 @@ from typing import Any
 
 import pytest
 
-from rag.chunking import chunk_document
-from rag.corpus import Corpus
 from rag.errors import IngestError
-from rag.ingest import SUPPORTED_SUFFIXES, load_document
+from rag.reading.chunking import chunk_document
+from rag.reading.corpus import Corpus
+from rag.reading.files import SUPPORTED_SUFFIXES, load_document
 from rag.types import Document, GameInfo
 
 CORPUS = Corpus.load((Path("corpus"), True))

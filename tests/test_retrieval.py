@@ -6,9 +6,9 @@ from conftest import FakeEmbedder
 
 from rag.errors import GameNotFoundError, IndexError_, InputError
 from rag.generation import ExtractiveGenerator
-from rag.index import IndexStore, build_faiss
 from rag.pipeline import Pipeline
-from rag.retrieval import place_glossary, rrf
+from rag.searching.index import IndexStore, build_faiss
+from rag.searching.retrieval import place_glossary, rrf
 from rag.settings import RetrievalSettings, Settings
 
 
@@ -187,7 +187,7 @@ def test_yes_no_reranker_moves_judged_passages_ahead_keeping_order(
 ) -> None:
     import threading
 
-    from rag.reranking import LlmYesNoReranker
+    from rag.searching.reranking import LlmYesNoReranker
 
     class FakeLlama:
         name = "llama:fake"
@@ -210,7 +210,7 @@ def test_yes_no_reranker_moves_judged_passages_ahead_keeping_order(
 
 @pytest.mark.real_models
 def test_bfloat16_embedder_matches_float32(real_settings: Settings) -> None:
-    from rag.embedding import make_embedder
+    from rag.searching.embedding import make_embedder
 
     texts = ["when can't I do a stealth test?", "什么时候不能进行潜行判定？"]
     full = make_embedder("embeddinggemma-300m", real_settings.model_dir)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag.embedding import Embedder
 from rag.lang import split_sentences
+from rag.searching.embedding import Embedder
 from rag.types import Hit
 
 MIN_SENTENCE_CHARS = 12  # shorter pieces are headings or list labels, not rules

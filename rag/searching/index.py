@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from rag.chunking import CHUNKER_VERSION
-from rag.corpus import MANIFEST, Corpus
-from rag.embedding import Embedder
 from rag.errors import IndexError_
+from rag.reading.chunking import CHUNKER_VERSION
+from rag.reading.corpus import MANIFEST, Corpus
+from rag.searching.embedding import Embedder
 from rag.settings import Settings
 from rag.types import Chunk
 

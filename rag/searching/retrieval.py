@@ -14,11 +14,11 @@ import threading
 from collections.abc import Sequence
 from typing import Literal
 
-from rag.embedding import Embedder
-from rag.index import ChunkIndex
 from rag.lang import detect_lang
-from rag.lexical import BM25
-from rag.reranking import Reranker
+from rag.searching.embedding import Embedder
+from rag.searching.index import ChunkIndex
+from rag.searching.lexical import BM25
+from rag.searching.reranking import Reranker
 from rag.settings import RetrievalSettings
 from rag.types import Hit
 

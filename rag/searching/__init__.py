@@ -1,0 +1,5 @@
+"""Searching: passages embedded into an index, and the hybrid search over it.
+
+embedding (the embedder) -> index (vectors on disk) -> lexical and retrieval (dense and
+keyword search fused) -> reranking (optional cross-check by the LLM).
+"""
