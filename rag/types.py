@@ -51,6 +51,8 @@ class Document:
     text: str
     source: str  # file path or description
     pages: tuple[PageSpan, ...] = ()  # empty for formats without pages
+    # The source marks its headings (Markdown, HTML, a PDF's fonts): no others are guessed.
+    headings_marked: bool = False
 
     def page_at(self, offset: int) -> int | None:
         for span in self.pages:

@@ -160,7 +160,7 @@ def test_pdf_pages_headings_and_wrapped_lines(tmp_path: Path) -> None:
     assert [(c.section, c.page) for c in chunks] == [
         (("Space Race", "Setup"), 1),
         (("Space Race", "Playing the Game"), 2),
-        (("Space Race", "Docking"), 3),
+        (("Space Race", "Playing the Game", "Docking"), 3),  # a smaller heading nests
     ]
     assert doc.page_at(doc.text.index("Dock when")) == 3
 

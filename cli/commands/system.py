@@ -39,7 +39,7 @@ PACKAGES = (
     "sentence-transformers",
     "llama-cpp-python",
     "jieba",
-    "pypdf",
+    "pdfplumber",
 )
 _MARKS = {"ok": "✔", "warn": "!", "fail": "✘"}
 

@@ -36,7 +36,7 @@ from typing import Literal
 from rag.lang import CJK_RE, STOPWORDS, detect_lang, sentence_spans
 from rag.types import Chunk, ChunkKind, Document, GameInfo
 
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "2"
 
 _TERMINAL = (".", "!", "?", ")", '"', "”", "。", "！", "？", "）")
 _MAX_HEADING_CHARS = 60
@@ -146,14 +146,15 @@ def _is_term(term: str, *, caps: bool) -> bool:
     return term[0].isupper() and len(term) >= 2 and not _has_function_words(words)
 
 
-def _heading(text: str) -> _Heading | None:
+def _heading(text: str, *, marked_only: bool = False) -> _Heading | None:
     """The heading a line is, if it is one; glossary entries and list items are not."""
     if md := _MD_RE.match(text):
         title = md.group(2).strip()
         step = _STEP_RE.match(title)
         return _Heading(title, len(md.group(1)), int(step.group(1)) if step else None)
     if (
-        len(text) > _MAX_HEADING_CHARS
+        marked_only
+        or len(text) > _MAX_HEADING_CHARS
         or _is_bullet(text)
         or _CALLOUT_RE.match(text)
         or text.endswith((".", ",", ";", "!", "。", "，", "；", "！"))
@@ -308,7 +309,7 @@ def _step_continues(headings: list[_Heading | None]) -> dict[int, bool]:
 def _sections(doc: Document, game: GameInfo) -> list[_Segment]:
     """The document cut at its headings: each section's path and body paragraphs, in order."""
     paras = _paragraphs(doc.text)
-    headings = [_heading(p.text) for p in paras]
+    headings = [_heading(p.text, marked_only=doc.headings_marked) for p in paras]
     _demote_label_rows(paras, headings)
     continues = _step_continues(headings)
     outline = _Outline()

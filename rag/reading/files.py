@@ -4,7 +4,8 @@ What `Document.text` holds: one paragraph per line, no blank lines, whitespace c
 list bullets written "- ". Lines starting with '#' are headings whose level the source
 states: Markdown and HTML headings, and entries of the book's own table of contents, found
 again in the text and marked top-level (the contents list itself is removed). Other
-headings are left for the chunker to recognise. Page chrome (RulesPal navigation, the
+headings are left for the chunker to recognise, unless the source marks its headings
+(Markdown, HTML, PDF fonts: `Document.headings_marked`). Page chrome (RulesPal navigation, the
 "<title> thumbnail" caption, repeated title lines, PDF running headers and page numbers)
 is removed. PDFs get one PageSpan per page.
 """
@@ -12,15 +13,14 @@ is removed. PDFs get one PageSpan per page.
 from __future__ import annotations
 
 import codecs
-import logging
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
 from rag.errors import IngestError
+from rag.reading.pdf import read_pdf
 from rag.types import Document, PageSpan
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
@@ -234,50 +234,6 @@ def _html_lines(text: str) -> list[str]:
     return parser.lines
 
 
-# ---------------------------------------------------------------- pdf
-
-
-def _pdf_pages(path: Path) -> list[list[str]]:
-    from pypdf import PdfReader
-
-    # pypdf logs each repair it attempts; the user gets our one message instead.
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    try:
-        reader = PdfReader(path)
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise IngestError(f"{path} is a password-protected PDF: save an unprotected copy.")
-        pages = [(page.extract_text() or "").splitlines() for page in reader.pages]
-    except IngestError:
-        raise
-    except Exception as exc:  # pypdf signals damage with many exception types
-        raise IngestError(
-            f"Cannot read PDF {path}: {exc or type(exc).__name__}. The file is corrupt or not "
-            "a PDF; re-download or re-export it."
-        ) from exc
-    if not any(line.strip() for page in pages for line in page):
-        raise IngestError(
-            f"{path} has no extractable text (a scanned PDF?): run OCR on it first, "
-            "or add a text version of the rulebook."
-        )
-    return pages
-
-
-_PAGE_NUMBER_RE = re.compile(r"^(page\s*)?\d{1,4}(\s*(/|of)\s*\d{1,4})?$", re.IGNORECASE)
-
-
-def _drop_page_furniture(pages: list[list[str]]) -> list[list[str]]:
-    """Remove page numbers and running headers/footers (a line on over half the pages).
-
-    Runs before wrapped lines are rejoined, so a header is still a line of its own.
-    """
-    counts = Counter(line for page in pages for line in set(page))
-    repeated = {line for line, n in counts.items() if len(pages) >= 3 and n > len(pages) / 2}
-    return [
-        [line for line in page if line not in repeated and not _PAGE_NUMBER_RE.match(line)]
-        for page in pages
-    ]
-
-
 # ---------------------------------------------------------------- normalising
 
 _BULLET_RE = re.compile(r"^[•●▪◦‣·]\s*")
@@ -368,10 +324,10 @@ def _strip_chrome(lines: list[_Line]) -> list[_Line]:
 # ---------------------------------------------------------------- assembly
 
 
-def _assemble(game: str, path: Path, pages: list[list[str]], *, paged: bool) -> Document:
+def _assemble(
+    game: str, path: Path, pages: list[list[str]], *, paged: bool, marked: bool
+) -> Document:
     cleaned = [_clean(page) for page in pages]
-    if paged:
-        cleaned = _drop_page_furniture(cleaned)
     lines = [
         (number if paged else 0, text)
         for number, page in enumerate(cleaned, start=1)
@@ -381,7 +337,13 @@ def _assemble(game: str, path: Path, pages: list[list[str]], *, paged: bool) -> 
     if not lines:
         raise IngestError(f"{path} has no rules text (it is empty, or only page chrome).")
     text = "\n".join(t for _, t in lines)
-    return Document(game=game, text=text, source=str(path), pages=_page_spans(lines, len(text)))
+    return Document(
+        game=game,
+        text=text,
+        source=str(path),
+        pages=_page_spans(lines, len(text)),
+        headings_marked=marked and any(t.startswith("#") for _, t in lines),
+    )
 
 
 def _page_spans(lines: list[_Line], length: int) -> tuple[PageSpan, ...]:
@@ -419,11 +381,12 @@ def load_document(path: Path, game: str) -> Document:
             f"Supported: {', '.join(SUPPORTED_SUFFIXES)}."
         )
     if suffix == ".pdf":
-        return _assemble(game, path, _pdf_pages(path), paged=True)
+        return _assemble(game, path, read_pdf(path), paged=True, marked=True)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
     if not data.strip():
         raise IngestError(f"{path} is empty: it holds no rules text.")
-    return _assemble(game, path, [_TEXT_FORMATS[suffix](_decode(data, path))], paged=False)
+    lines = _TEXT_FORMATS[suffix](_decode(data, path))
+    return _assemble(game, path, [lines], paged=False, marked=suffix != ".txt")
