@@ -21,7 +21,7 @@ from rag.generation import Generator, make_generator
 from rag.lang import detect_lang
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus, slugify, write_manifest
-from rag.reading.files import SUPPORTED_SUFFIXES, load_document
+from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
 from rag.searching.embedding import Embedder, embedder_for
 from rag.searching.index import IndexStore
 from rag.searching.reranking import Reranker, make_reranker
@@ -247,8 +247,9 @@ class Pipeline:
         aliases: Sequence[str] = (),
         progress: Progress | None = None,
     ) -> GameInfo:
-        """Copy a user's rulebook into the corpus and index it; nothing is left half-added."""
-        if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+        """Copy a user's rulebook (a file, or a folder of Markdown pages) into the corpus and
+        index it; nothing is left half-added."""
+        if not path.is_dir() and path.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise IngestError(
                 f"{path.name}: unsupported format; use one of {', '.join(SUPPORTED_SUFFIXES)}."
             )
@@ -259,8 +260,12 @@ class Pipeline:
         folder = self.settings.user_books_dir / slug
         folder.mkdir(parents=True)
         try:
-            target = folder / f"rulebook{path.suffix.lower()}"
-            shutil.copyfile(path, target)
+            if path.is_dir():  # kept as one Markdown book, a section per page
+                target = folder / "rulebook.md"
+                target.write_text(markdown_folder(path), encoding="utf-8")
+            else:
+                target = folder / f"rulebook{path.suffix.lower()}"
+                shutil.copyfile(path, target)
             info = GameInfo(
                 slug=slug,
                 title=title,

@@ -259,6 +259,18 @@ def test_add_then_ask_then_remove(invoke: Invoke, rulebook: Path) -> None:
     assert "pebble-race" not in invoke("games").stdout
 
 
+def test_add_a_folder_of_markdown_pages(invoke: Invoke, tmp_path: Path) -> None:
+    wiki = tmp_path / "wiki"
+    wiki.mkdir()
+    (wiki / "1-setup.md").write_text("Each player takes five pebbles.\n", encoding="utf-8")
+    (wiki / "2-turn.md").write_text("# Taking a Turn\n\nThrow one pebble.\n", encoding="utf-8")
+    added = invoke("add", str(wiki), "--title", "Pebble Race")
+    assert added.exit_code == 0, added.output
+    toc = invoke("show", "pebble-race").stdout
+    assert "Setup" in toc and "Taking a Turn" in toc
+    assert "Throw one pebble." in invoke("show", "pebble-race", "Taking a Turn").stdout
+
+
 def test_add_and_remove_refuse_with_one_line(invoke: Invoke, rulebook: Path) -> None:
     assert_user_error(invoke("add", "missing.pdf", "--title", "X"), "no such file")
     odd = rulebook.with_suffix(".xyz")

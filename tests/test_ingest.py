@@ -119,6 +119,40 @@ def test_html_headings_blocks_and_dropped_elements(tmp_path: Path) -> None:
     assert ("Space Race", "Turn", "Move") in sections
 
 
+def _wiki(folder: Path) -> Path:
+    """A rules wiki: a front page, numbered pages with and without their own title."""
+    folder.mkdir()
+    (folder / "README.md").write_text("Pebble Race is a game of throwing.\n", encoding="utf-8")
+    (folder / "10-winning.md").write_text(
+        "# Winning\n\nThe first empty hand wins.\n\n# Ties\n\nShare it.\n", encoding="utf-8"
+    )
+    (folder / "2_taking-a-turn.md").write_text(
+        "# Your Turn\n\nThrow one pebble.\n\n## Missing\n\nA miss goes back.\n",
+        encoding="utf-8",
+    )
+    (folder / "1-setup.markdown").write_text("Take five pebbles.\n", encoding="utf-8")
+    (folder / "cover.png").write_bytes(b"\x89PNG")
+    return folder
+
+
+def test_markdown_folder_is_one_book_a_section_per_file(tmp_path: Path) -> None:
+    folder = _wiki(tmp_path / "wiki")
+    doc = load_document(folder, "space-race")
+    assert doc.headings_marked
+    headings = [line for line in doc.text.split("\n") if line.startswith("#")]
+    assert headings == ["# README", "# Setup", "# Your Turn", "## Missing", "# Winning", "## Ties"]
+    sections = [c.section for c in chunk_document(doc, _game(folder))]
+    assert ("Space Race", "Your Turn", "Missing") in sections
+    assert ("Space Race", "Winning") in sections
+
+
+def test_folder_without_markdown_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pics").mkdir()
+    (tmp_path / "pics" / "a.png").write_bytes(b"\x89PNG")
+    with pytest.raises(IngestError, match="no Markdown files"):
+        load_document(tmp_path / "pics", "space-race")
+
+
 def _write_pdf(path: Path) -> None:
     """Three pages with headings, a running header and page numbers."""
     pytest.importorskip("reportlab")
@@ -199,12 +233,6 @@ def _error(path: Path) -> str:
 
 def test_missing_file(tmp_path: Path) -> None:
     assert "does not exist" in _error(tmp_path / "nope.txt")
-
-
-def test_directory_is_not_a_rulebook(tmp_path: Path) -> None:
-    folder = tmp_path / "book.txt"
-    folder.mkdir()
-    assert "not a file" in _error(folder)
 
 
 @pytest.mark.parametrize("content", [b"", b"  \n\n\t\n"], ids=["empty", "blank"])

@@ -82,7 +82,13 @@ def _print_section(ui: Ui, section: Section) -> None:
 
 def add(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="The rulebook: PDF, text or Markdown.")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="The rulebook: a PDF, text, Markdown or HTML file, or a folder of Markdown "
+            "pages (each page a section)."
+        ),
+    ],
     title: Annotated[str, typer.Option("--title", "-t", help="The game's name.")],
     alias: Annotated[
         list[str] | None,
@@ -90,8 +96,8 @@ def add(
     ] = None,
 ) -> None:
     """Add your own rulebook and index it, so questions can be asked about it."""
-    if not file.is_file():
-        raise IngestError(f"{file}: no such file; check the path.")
+    if not file.exists():
+        raise IngestError(f"{file}: no such file or folder; check the path.")
     state = get_state(ctx)
     pipeline = state.pipeline
     with state.ui.index_progress() as progress:

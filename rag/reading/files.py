@@ -1,4 +1,4 @@
-"""Rulebook files (.txt, .md, .html, .pdf) flattened to a Document.
+"""Rulebook files (.txt, .md, .html, .pdf) and folders of Markdown flattened to a Document.
 
 What `Document.text` holds: one paragraph per line, no blank lines, whitespace collapsed,
 list bullets written "- ". Lines starting with '#' are headings whose level the source
@@ -171,6 +171,68 @@ def _markdown_lines(text: str) -> list[str]:
             paragraph.append(line.strip())
     flush()
     return out
+
+
+_MARKDOWN_SUFFIXES = (".md", ".markdown")
+_FIRST_FILES = ("readme", "index")  # a wiki's front page comes first
+
+
+def _file_title(path: Path) -> str:
+    """ "02-playing_the-game.md" -> "Playing the game": the name without its order number."""
+    words = re.sub(r"^[\d\s._-]+", "", path.stem).replace("_", " ").replace("-", " ").split()
+    title = " ".join(words) or path.stem
+    return title[0].upper() + title[1:]
+
+
+def _natural_key(path: Path) -> tuple[bool, list[tuple[int, str]]]:
+    parts = re.split(r"(\d+)", str(path).casefold())
+    return path.stem.casefold() not in _FIRST_FILES, [
+        (int(p), "") if p.isdigit() else (0, p) for p in parts
+    ]
+
+
+def _headings_below_title(lines: list[str]) -> list[str]:
+    """A page's headings shifted so that its highest sits at level 2, under the page title."""
+    in_code = False
+    headings: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        if _FENCE_RE.match(line):
+            in_code = not in_code
+        elif not in_code and (heading := _ATX_RE.match(line)):
+            headings[i] = len(heading.group(1))
+    shift = 2 - min(headings.values(), default=2)
+    return [
+        "#" * min(headings[i] + shift, 6) + line.lstrip("#") if i in headings else line
+        for i, line in enumerate(lines)
+    ]
+
+
+def markdown_folder(folder: Path) -> str:
+    """A folder of Markdown files as one book: each file a top-level section, in name order.
+
+    A file's own first-level heading names its section (else its file name does); its
+    other headings move under it.
+    """
+    files = sorted(
+        (p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in _MARKDOWN_SUFFIXES),
+        key=lambda p: _natural_key(p.relative_to(folder)),
+    )
+    if not files:
+        raise IngestError(
+            f"{folder} holds no Markdown files ({', '.join(_MARKDOWN_SUFFIXES)}): give a "
+            "folder of Markdown pages, or the rulebook file itself."
+        )
+    parts = []
+    for path in files:
+        lines = _decode(path.read_bytes(), path).splitlines()
+        title = _file_title(path)
+        first = next((i for i, line in enumerate(lines) if line.strip()), None)
+        own = _ATX_RE.match(lines[first]) if first is not None else None
+        if first is not None and own and own.group(1) == "#":
+            title = own.group(2)
+            del lines[first]
+        parts.append("\n".join([f"# {title}", "", *_headings_below_title(lines)]).strip())
+    return "\n\n".join(parts) + "\n"
 
 
 # ---------------------------------------------------------------- html
@@ -372,6 +434,9 @@ def load_document(path: Path, game: str) -> Document:
     path = Path(path)
     if not path.exists():
         raise IngestError(f"Rulebook file {path} does not exist: check the path.")
+    if path.is_dir():
+        lines = _markdown_lines(markdown_folder(path))
+        return _assemble(game, path, [lines], paged=False, marked=True)
     if not path.is_file():
         raise IngestError(f"{path} is not a file: give the rulebook file itself.")
     suffix = path.suffix.lower()
