@@ -43,6 +43,38 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class OpenAIErrorDetail(BaseModel):
+    message: str = Field(description="What went wrong and what to do, for people.")
+    type: str = Field(
+        description="OpenAI's category: `invalid_request_error`, `authentication_error`, "
+        "`permission_error`, `rate_limit_error` or `server_error`."
+    )
+    param: str | None = Field(description="The request field at fault, if one is.")
+    code: str = Field(description="Stable machine-readable kind, e.g. `model_not_found`.")
+    games: list[str] | None = Field(None, description="The known games, when none matched.")
+
+
+class OpenAIErrorResponse(BaseModel):
+    """Errors of the OpenAI-compatible routes, in OpenAI's shape."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "message": "The model 'gpt-4o' does not exist here: use `rulekeeper` "
+                        "or a game's id from /v1/models.",
+                        "type": "invalid_request_error",
+                        "param": "model",
+                        "code": "model_not_found",
+                    }
+                }
+            ]
+        }
+    )
+    error: OpenAIErrorDetail
+
+
 # --- ask ------------------------------------------------------------------------------------
 
 
@@ -351,6 +383,22 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class StreamOptions(BaseModel):
+    include_usage: bool = Field(
+        False, description="End the stream with a chunk holding `usage` and no choices."
+    )
+
+
+class Usage(BaseModel):
+    """Token counts, estimated: the local models do not report theirs. About four
+    characters a token for alphabetic text and one per Chinese character; the prompt is the
+    messages sent (Rulekeeper's own instructions and passages are not counted)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
 class ChatCompletionRequest(BaseModel):
     """OpenAI's chat request; fields Rulekeeper does not use (temperature, ...) are ignored."""
 
@@ -377,8 +425,8 @@ class ChatCompletionRequest(BaseModel):
     model: str = Field(
         "rulekeeper",
         max_length=200,
-        description="A game's slug or title picks the game; any other name (e.g. "
-        "`rulekeeper`) leaves it to `game` or detection from the messages.",
+        description="`rulekeeper` (the game from `game` or detected from the messages), or a "
+        "game's slug, title or alias (that game); any other name is a 404 `model_not_found`.",
     )
     messages: list[ChatMessage] = Field(
         min_length=1,
@@ -387,6 +435,7 @@ class ChatCompletionRequest(BaseModel):
         "the history. System messages are ignored: Rulekeeper keeps its own instructions.",
     )
     stream: bool = Field(False, description="Stream `chat.completion.chunk` server-sent events.")
+    stream_options: StreamOptions | None = None
     game: str | None = Field(None, max_length=200, description="The game, overriding `model`.")
     k: int | None = Field(None, ge=1, le=20, description="Passages to retrieve.")
 
@@ -408,6 +457,7 @@ class ChatCompletion(BaseModel):
     created: int
     model: str
     choices: list[ChatChoice]
+    usage: Usage
     rulekeeper: AskResponse = Field(
         description="The full answer with citations and passages (a Rulekeeper extension)."
     )
@@ -425,13 +475,15 @@ class ChunkChoice(BaseModel):
 
 
 class ChatCompletionChunk(BaseModel):
-    """One streamed event; the last carries `finish_reason` and the full answer."""
+    """One streamed event; the one with `finish_reason` carries the full answer, and with
+    `stream_options.include_usage` a last one with no choices carries `usage`."""
 
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
     choices: list[ChunkChoice]
+    usage: Usage | None = None
     rulekeeper: AskResponse | None = None
 
 

@@ -15,7 +15,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import ApiError
+from api.errors import ApiError, speaks_openai
 
 
 def _digest(key: str) -> bytes:
@@ -104,7 +104,8 @@ class BodyLimit:
             return
         length = Headers(scope=scope).get("content-length", "")
         if length.isdigit() and int(length) > self.max_bytes:
-            await self._too_large().response()(scope, receive, send)
+            too_large = self._too_large().response(openai=speaks_openai(scope["path"]))
+            await too_large(scope, receive, send)
             return
         received = 0
 

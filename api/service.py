@@ -14,9 +14,15 @@ from fastapi import Request
 from api.conversations import ConversationStore
 from api.errors import ApiError
 from api.runner import Job, ModelRunner
+from rag.errors import GameNotFoundError
 from rag.pipeline import Pipeline
 from rag.settings import ApiSettings
 from rag.types import Answer, StreamEvent, Turn
+
+UNPLACED_QUESTION = (
+    "Which game? Name it in the question, or choose one: the `game` field, or a game's id "
+    "(from /v1/models) as the chat `model`."
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ class AskService:
         self.pipeline = pipeline
         self._runner = runner
         self._conversations = conversations
-        self._settings = settings
+        self.settings = settings
 
     def turns(self, exchanges: Iterable[tuple[str, str, str | None]]) -> tuple[Turn, ...]:
         """History from (question, answer, game name) triples, each named game resolved to
@@ -115,11 +121,11 @@ class AskService:
             Turn(question=q, answer=a, game=corpus.resolve(name).slug if name else None)
             for q, a, name in exchanges
         ]
-        return tuple(turns[-self._settings.conversation_turns :])
+        return tuple(turns[-self.settings.conversation_turns :])
 
     async def start(self, query: AskQuery) -> AnswerStream:
         """Queue the question for the model and wait for its first event."""
-        limit = self._settings.max_question_chars
+        limit = self.settings.max_question_chars
         if len(query.question.strip()) > limit:
             raise ApiError(
                 422, "invalid_request", f"The question is longer than {limit} characters."
@@ -129,7 +135,7 @@ class AskService:
         job = self._runner.start(
             lambda: self.pipeline.ask_stream(query.question, query.game, query.k, history)
         )
-        deadline = asyncio.get_running_loop().time() + self._settings.timeout_s
+        deadline = asyncio.get_running_loop().time() + self.settings.timeout_s
 
         def remember(answer: Answer) -> None:
             if cid:
@@ -139,6 +145,12 @@ class AskService:
         stream = AnswerStream(job, deadline, remember, cid)
         try:
             await stream.begin()
+        except GameNotFoundError as exc:
+            stream.cancel()
+            if query.game:  # the game asked for is unknown: the pipeline's message says so
+                raise
+            # None named or detected; the pipeline's wording is the command line's.
+            raise GameNotFoundError(UNPLACED_QUESTION, exc.choices) from exc
         except BaseException:
             stream.cancel()
             raise

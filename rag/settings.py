@@ -127,6 +127,11 @@ class ApiSettings(BaseModel):
         1000, ge=1, description="Conversations kept per worker; the least recently used go."
     )
     conversation_turns: int = Field(8, ge=1, description="Turns kept per conversation.")
+    chat_sources: bool = Field(
+        True,
+        description="OpenAI-compatible chat: end the message with its sources (section and "
+        "page), for chat UIs that show only the text.",
+    )
 
 
 class Settings(BaseSettings):
