@@ -316,11 +316,16 @@ class GameList(BaseModel):
 
 
 class SectionOut(BaseModel):
-    id: str = Field(description="The passage's chunk id, as in citations.")
+    """A passage, or a whole section of the table of contents (several passages joined)."""
+
+    id: str = Field(description="The passage's chunk id, as in citations (a section's first).")
+    number: int = Field(description="Its section's number in the table of contents.")
     game: str
     section: list[str] = Field(description="Heading path, outermost first.")
     section_path: str = Field(description="The same, ` › ` joined.")
-    page: int | None = Field(description="Rulebook page, for formats with pages.")
+    page: int | None = Field(description="Rulebook page (the first), for formats with pages.")
+    pages: list[int] = Field(description="Every page it spans; empty without pages.")
+    chunk_ids: list[str] = Field(description="The passages it is made of, in reading order.")
     kind: Literal["section", "glossary"]
     text: str
 

@@ -15,6 +15,7 @@ import pytest
 
 from api.conversations import ConversationStore
 from api.security import ApiKeys, RateLimiter
+from rag.contents import table_of_contents
 from rag.errors import InputError
 from rag.generation import Generator
 from rag.pipeline import Pipeline
@@ -185,9 +186,38 @@ def test_sections_in_reading_order_and_by_id(client: httpx.Client, pipeline: Pip
     sections = listing["sections"]
     assert [s["id"] for s in sections] == [c.id for c in pipeline.chunks("suros")]
     first = sections[0]
-    assert set(first) == {"id", "game", "section", "section_path", "page", "kind", "text"}
+    assert set(first) == {
+        "id", "number", "game", "section", "section_path", "page", "pages", "chunk_ids",
+        "kind", "text",
+    }  # fmt: skip
     one = client.get(f"/v1/games/suros/sections/{first['id']}")
     assert one.status_code == 200 and one.json() == first
+    toc = table_of_contents(pipeline.chunks("suros"))
+    number = {c.id: s.number for s in toc for c in s.chunks}
+    assert [s["number"] for s in sections] == [number[s["id"]] for s in sections]
+    assert {s["number"] for s in sections} == set(range(1, len(toc) + 1))
+
+
+def test_sections_by_number_and_name_as_rules_show(
+    client: httpx.Client, pipeline: Pipeline
+) -> None:
+    toc = table_of_contents(pipeline.chunks("deck52-final-bus"))
+    icons = next(s for s in toc if s.title.endswith("Icons"))
+    assert len(icons.chunks) > 1  # a long section: its passages are joined, overlap dropped
+    base = "/v1/games/deck52/sections/"
+    for name in (str(icons.number), "icons", "deck 52: final bus > ICONS"):
+        found = client.get(base + name)
+        assert found.status_code == 200, (name, found.text)
+        whole = found.json()
+        assert whole["number"] == icons.number and whole["text"] == icons.text
+        assert whole["chunk_ids"] == [c.id for c in icons.chunks]
+        assert whole["section_path"] == icons.title and whole["id"] == icons.chunks[0].id
+    error = error_of(client.get(base + "999"), 404, "section_not_found")
+    assert f"1–{len(toc)}" in error["message"]
+    error_of(client.get(base + "no such heading"), 404, "section_not_found")
+    twice = client.get("/v1/games/maximum-throwdown-overload/sections/turn sequence")
+    error = error_of(twice, 409, "ambiguous_section")
+    assert "Quick Reference › Turn Sequence" in error["message"]
 
 
 def test_rulebook_view_errors(client: httpx.Client) -> None:
