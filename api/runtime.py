@@ -30,7 +30,8 @@ class Runtime:
     runner: ModelRunner
     service: AskService
     keys: ApiKeys
-    limiter: RateLimiter
+    visitor_limiter: RateLimiter
+    key_limiter: RateLimiter
     state: State = "loading"
     error: str | None = None
     models: ModelsState = field(default_factory=lambda: ModelsState(embedder=None, generator=None))
@@ -49,8 +50,9 @@ class Runtime:
             pipeline=pipeline,
             runner=runner,
             service=AskService(pipeline, runner, conversations, api),
-            keys=ApiKeys(api.api_keys),
-            limiter=RateLimiter(api.rate_limit_per_minute),
+            keys=ApiKeys.configured(api),
+            visitor_limiter=RateLimiter(api.rate_limit_per_minute),
+            key_limiter=RateLimiter(api.key_rate_limit_per_minute),
         )
 
     async def warm_up(self) -> None:

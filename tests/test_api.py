@@ -587,8 +587,10 @@ def test_api_keys(serve_api: Any, pipeline: Pipeline) -> None:
         assert client.get("/widget.js").status_code == 200
 
 
-def test_rate_limit_per_client(serve_api: Any, pipeline: Pipeline) -> None:
-    url = serve_api(pipeline, rate_limit_per_minute=3, api_keys=["alice", "bob"])
+def test_rate_limit_per_secret_key(serve_api: Any, pipeline: Pipeline) -> None:
+    url = serve_api(
+        pipeline, rate_limit_per_minute=3, key_rate_limit_per_minute=3, api_keys=["alice", "bob"]
+    )
     alice, bob = {"X-API-Key": "alice"}, {"X-API-Key": "bob"}
     with httpx.Client(base_url=url) as client:
         for _ in range(3):
@@ -797,7 +799,8 @@ def test_rate_limiter_refills_evenly() -> None:
 
 def test_api_keys_compare_digests() -> None:
     keys = ApiKeys(["alpha", ""])
-    assert keys.required and keys.valid("alpha")
-    assert not keys.valid("alph") and not keys.valid("") and not keys.valid(None)
+    grant = keys.grant("alpha")
+    assert keys.required and grant is not None and grant.secret
+    assert keys.grant("alph") is None and keys.grant("") is None and keys.grant(None) is None
     assert not ApiKeys([]).required
     assert "alpha" not in ApiKeys.client_id("alpha")

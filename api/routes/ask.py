@@ -17,7 +17,7 @@ router = APIRouter(
     prefix="/v1",
     tags=["ask"],
     dependencies=[Guard],
-    responses=documented(401, 404, 413, 422, 429, 503, 504),
+    responses=documented(401, 403, 404, 413, 422, 429, 503, 504),
 )
 
 _STREAM_EXAMPLE = (
