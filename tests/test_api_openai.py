@@ -128,7 +128,7 @@ def test_models_are_the_service_and_its_games(client: httpx.Client) -> None:
 
 
 def test_every_chat_error_is_in_openai_shape(serve_api: Any, pipeline: Pipeline) -> None:
-    url = serve_api(pipeline, api_keys=["secret"], max_body_bytes=2048, rate_limit_per_minute=5)
+    url = serve_api(pipeline, api_keys=["secret"], max_body_bytes=2048, key_rate_limit_per_minute=5)
     key = {"Authorization": "Bearer secret"}
     with httpx.Client(base_url=url, timeout=30) as client:
         error = openai_error(client.post(CHAT, json=chat(SUROS_Q)), 401, "unauthorized")
