@@ -8,11 +8,14 @@ public `rules ask --json` contract, plus the conversation id; `QuotesEvent` is t
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rag.types import Answer, StreamEvent
+
+if TYPE_CHECKING:
+    from api.service import Waited
 
 CONVERSATION_ID = r"^[A-Za-z0-9_-]{8,64}$"
 MAX_HISTORY = 20
@@ -172,9 +175,14 @@ class PassageOut(BaseModel):
 
 
 class TimingsOut(BaseModel):
+    """Where a request's time went: total_s is queue_s + load_s + the pipeline's own time,
+    which is retrieve_s + generate_s and the checks around them."""
+
     retrieve_s: float
     generate_s: float
     total_s: float
+    queue_s: float = Field(description="Waiting for the model (other questions first).")
+    load_s: float = Field(description="Loading the index or models; 0 once warm.")
 
 
 class AskResponse(BaseModel):
@@ -208,7 +216,13 @@ class AskResponse(BaseModel):
                             "score": 0.032787,
                         }
                     ],
-                    "timings": {"retrieve_s": 0.012, "generate_s": 0.003, "total_s": 0.016},
+                    "timings": {
+                        "retrieve_s": 0.012,
+                        "generate_s": 0.003,
+                        "total_s": 0.416,
+                        "queue_s": 0.4,
+                        "load_s": 0.0,
+                    },
                     "backend": "llama:qwen2.5-1.5b",
                     "conclusion": "Each player draws two cards.",
                     "quotes": [
@@ -263,8 +277,16 @@ class AskResponse(BaseModel):
     )
 
     @classmethod
-    def of(cls, answer: Answer, conversation_id: str | None) -> AskResponse:
-        return cls.model_validate({**answer.to_json(), "conversation_id": conversation_id})
+    def of(cls, answer: Answer, conversation_id: str | None, waited: Waited) -> AskResponse:
+        data = answer.to_json()
+        outside = waited.queue_s + waited.load_s
+        data["timings"] = {
+            **data["timings"],
+            "queue_s": round(waited.queue_s, 4),
+            "load_s": round(waited.load_s, 4),
+            "total_s": round(answer.timings.total_s + outside, 4),
+        }
+        return cls.model_validate({**data, "conversation_id": conversation_id})
 
 
 class QuotesEvent(BaseModel):
@@ -357,13 +379,19 @@ class Readiness(BaseModel):
                     "index_loaded": True,
                     "games": 4,
                     "models": {"embedder": "embeddinggemma-300m", "generator": "extractive"},
+                    "warm_up_s": 9.214,
                     "error": None,
                 }
             ]
         }
     )
-    status: Literal["loading", "ready", "failed"]
+    status: Literal["loading", "ready", "failed"] = Field(
+        description="`ready` once the index and models are loaded and a warm-up ran."
+    )
     index_loaded: bool
+    warm_up_s: float | None = Field(
+        None, description="How long loading and the warm-up took, once ready."
+    )
     games: int = Field(description="Games in the loaded index.")
     models: ModelsState
     error: str | None = Field(None, description="Why loading failed.")

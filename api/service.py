@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -23,6 +24,15 @@ UNPLACED_QUESTION = (
     "Which game? Name it in the question, or choose one: the `game` field, or a game's id "
     "(from /v1/models) as the chat `model`."
 )
+
+
+@dataclass
+class Waited:
+    """A request's time outside the pipeline's own timings: in the model's queue, and
+    loading the index or models (nothing once warm; again after the corpus changed)."""
+
+    queue_s: float = 0.0
+    load_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -43,12 +53,14 @@ class AnswerStream:
         deadline: float,
         on_answer: Callable[[Answer], None],
         conversation_id: str | None,
+        waited: Waited,
     ) -> None:
         self._job = job
         self._deadline = deadline
         self._on_answer = on_answer
         self._first: StreamEvent | None = None
         self.conversation_id = conversation_id
+        self.waited = waited  # filled in on the model thread before the first event
 
     async def begin(self) -> None:
         """Wait for the first event, so a bad question fails before any response starts."""
@@ -132,9 +144,17 @@ class AskService:
             )
         cid = query.conversation_id
         history = self._conversations.history(cid) if cid else query.history
-        job = self._runner.start(
-            lambda: self.pipeline.ask_stream(query.question, query.game, query.k, history)
-        )
+        waited = Waited()
+        queued_at = time.perf_counter()
+
+        def call() -> Iterator[StreamEvent]:  # runs on the model thread
+            loading = time.perf_counter()
+            waited.queue_s = loading - queued_at
+            self.pipeline.ensure_index()
+            waited.load_s = time.perf_counter() - loading
+            yield from self.pipeline.ask_stream(query.question, query.game, query.k, history)
+
+        job = self._runner.start(call)
         deadline = asyncio.get_running_loop().time() + self.settings.timeout_s
 
         def remember(answer: Answer) -> None:
@@ -142,7 +162,7 @@ class AskService:
                 turn = Turn(question=answer.question, answer=answer.answer, game=answer.game)
                 self._conversations.append(cid, turn)
 
-        stream = AnswerStream(job, deadline, remember, cid)
+        stream = AnswerStream(job, deadline, remember, cid, waited)
         try:
             await stream.begin()
         except GameNotFoundError as exc:

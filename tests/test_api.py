@@ -88,7 +88,7 @@ def check_contract(answer: dict[str, Any]) -> None:
     numbers = {c["n"] for c in answer["citations"]}
     assert {c["chunk_id"] for c in answer["citations"]} <= passages
     assert {int(n) for n in re.findall(r"\[(\d+)\]", answer["answer"])} <= numbers
-    assert set(answer["timings"]) == {"retrieve_s", "generate_s", "total_s"}
+    assert set(answer["timings"]) == {"retrieve_s", "generate_s", "total_s", "queue_s", "load_s"}
     cited = {c["n"]: c for c in answer["citations"]}
     for quote in answer["quotes"]:  # verbatim rulebook text, of a cited passage
         assert set(quote) == QUOTE_KEYS

@@ -170,7 +170,7 @@ async def chat_completions(
             model=body.model,
             choices=[ChatChoice(message=AssistantMessage(content=content))],
             usage=_usage(body, content),
-            rulekeeper=AskResponse.of(answer, None),
+            rulekeeper=AskResponse.of(answer, None, stream.waited),
         )
 
     def chunk(
@@ -203,7 +203,7 @@ async def chat_completions(
                 continue
             content = _content(event.answer, service, with_sources)
             yield chunk(ChunkDelta(content=content))
-            yield chunk(ChunkDelta(), AskResponse.of(event.answer, None))
+            yield chunk(ChunkDelta(), AskResponse.of(event.answer, None, stream.waited))
             if body.stream_options and body.stream_options.include_usage:
                 yield chunk(None, usage=_usage(body, content))
         yield frame("[DONE]")
