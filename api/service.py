@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from api.conversations import ConversationStore
-from api.errors import ApiError
+from api.errors import ApiError, retry_later
 from api.runner import Job, ModelRunner
 from rag.errors import GameNotFoundError
 from rag.pipeline import Pipeline
 from rag.settings import ApiSettings
 from rag.types import Answer, StreamEvent, Turn
 
+QUEUED_RETRY_AFTER_S = 5
 UNPLACED_QUESTION = (
     "Which game? Name it in the question, or choose one: the `game` field, or a game's id "
     "(from /v1/models) as the chat `model`."
@@ -33,6 +34,7 @@ class Waited:
 
     queue_s: float = 0.0
     load_s: float = 0.0
+    started: bool = False  # the model began on it (before that, it was still queued)
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,16 @@ class AnswerStream:
                 return await self._job.next()
         except TimeoutError:
             self._job.cancel()
+            if not self.waited.started:  # the time went to other questions, not this one
+                raise retry_later(
+                    503,
+                    "busy",
+                    "The server was busy answering other questions until the time limit; "
+                    "retry shortly.",
+                    QUEUED_RETRY_AFTER_S,
+                ) from None
             raise ApiError(
-                504, "timeout", "Answering took too long; try a shorter or simpler question."
+                504, "timeout", "Answering took longer than the server's time limit."
             ) from None
 
 
@@ -150,6 +160,7 @@ class AskService:
         def call() -> Iterator[StreamEvent]:  # runs on the model thread
             loading = time.perf_counter()
             waited.queue_s = loading - queued_at
+            waited.started = True
             self.pipeline.ensure_index()
             waited.load_s = time.perf_counter() - loading
             yield from self.pipeline.ask_stream(query.question, query.game, query.k, history)

@@ -104,3 +104,20 @@ def test_the_llm_warm_up_reads_the_system_prompt(tmp_path: Path) -> None:
     llm._llm = FakeLlama()
     llm.warm_up()
     assert calls == [{"messages": [system_message()], "max_tokens": 1}]
+
+
+def test_a_request_timed_out_in_the_queue_is_busy_not_slow(
+    serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+) -> None:
+    slow.pieces, slow.delay = 3, 2.0  # the model stays busy ~2 s past a cancellation
+    url = serve_api(slow_pipeline, queue_size=1, timeout_s=1.0)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(httpx.post, f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
+        assert slow.started.wait(10)
+        queued = httpx.post(f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
+        slow_answer = running.result()
+    assert queued.status_code == 503 and queued.json()["error"]["type"] == "busy"
+    assert "question" not in queued.json()["error"]["message"].replace("other questions", "")
+    assert int(queued.headers["retry-after"]) >= 1
+    assert slow_answer.status_code == 504  # it was running: the answer itself was too slow
+    assert "shorter" not in slow_answer.json()["error"]["message"]
