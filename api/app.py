@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -18,7 +19,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from api.errors import CatchAll, install_error_handlers
 from api.routes import ask, chat, games, health, widget
 from api.runtime import Runtime
-from api.security import BodyLimit
+from api.security import ApiKeys, BodyLimit
 from rag.pipeline import Pipeline
 from rag.settings import Settings, load_settings
 
@@ -30,8 +31,10 @@ Board-game rules answered from the rulebooks, with the passages cited.
 * `/v1/games/...` lists the games and shows their rulebooks passage by passage.
 * `/widget.js` is an embeddable widget; `/demo` shows it.
 
-When the server has API keys, send one as `X-API-Key` or `Authorization: Bearer`.
-Errors are `{"error": {"type", "message"}}`; 429 and 503 carry `Retry-After`.
+When the server has API keys, send one as `X-API-Key` or `Authorization: Bearer`: a
+publishable key from the pages it is bound to (their `Origin`), a secret key from a server.
+Errors are `{"error": {"type", "message"}}` (OpenAI's shape on the OpenAI routes); 429 and 503
+carry `Retry-After`.
 """
 
 
@@ -40,6 +43,23 @@ def _version() -> str:
         return version("rulekeeper")
     except PackageNotFoundError:
         return "dev"
+
+
+def _document_no_auth(app: FastAPI) -> None:
+    """Keys off: the spec declares no security (the routes' key dependency would)."""
+    full_spec = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = full_spec()  # built once and cached by FastAPI; the removals are idempotent
+        spec.get("components", {}).pop("securitySchemes", None)
+        for operations in spec["paths"].values():
+            for operation in operations.values():
+                operation.pop("security", None)
+                for status in ("401", "403"):
+                    operation["responses"].pop(status, None)
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
@@ -67,13 +87,17 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    keys = ApiKeys.configured(settings.api)
+    if not keys.required:
+        _document_no_auth(app)
     # Innermost first: errors become JSON inside the body limit, and CORS wraps them all.
     app.add_middleware(CatchAll)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
-    if settings.api.cors_origins:
+    cors_origins = sorted({*settings.api.cors_origins, *keys.origins})
+    if cors_origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=settings.api.cors_origins,
+            allow_origins=cors_origins,
             allow_credentials=False,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "X-API-Key", "Authorization"],

@@ -1,4 +1,6 @@
 """Every error leaves the API as JSON `{"error": {"type", "message"}}`; no traceback ever does.
+On the routes OpenAI clients call, errors take OpenAI's shape instead:
+`{"error": {"message", "type", "param", "code"}}`, our `type` becoming the `code`.
 
 Pipeline errors (rag.errors) are mapped to status codes here, so routes stay thin: a route
 lets `GameNotFoundError` or `InputError` propagate and the client gets a 404 or 422.
@@ -16,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.schemas import ErrorResponse
+from api.schemas import ErrorResponse, OpenAIErrorResponse
 from rag.errors import GameNotFoundError, InputError, RulekeeperError
 
 log = logging.getLogger("rulekeeper.api")
@@ -30,9 +32,19 @@ _HTTP_TYPES = {
     415: "unsupported_media_type",
 }
 
+# OpenAI's error categories; its clients pick their exception class by status.
+_OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    429: "rate_limit_error",
+}
+OPENAI_ROUTES = ("/v1/chat/", "/v1/models")
+
 _DESCRIPTIONS = {
     401: "A valid API key is required.",
+    403: "The API key is not allowed from this page's origin.",
     404: "Unknown game or section; a game error lists the known games.",
+    409: "The section name matches several sections; the message lists them.",
     413: "The request body is too large.",
     422: "Invalid request: wrong field types, an empty or too long question, ...",
     429: "Too many requests from this client; see Retry-After.",
@@ -41,9 +53,19 @@ _DESCRIPTIONS = {
 }
 
 
-def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` entries for these error statuses."""
-    return {s: {"model": ErrorResponse, "description": _DESCRIPTIONS[s]} for s in statuses}
+def documented(*statuses: int, openai: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for these error statuses (`openai`: in OpenAI's shape)."""
+    model = OpenAIErrorResponse if openai else ErrorResponse
+    return {s: {"model": model, "description": _DESCRIPTIONS[s]} for s in statuses}
+
+
+def speaks_openai(path: str) -> bool:
+    """Whether the route is one OpenAI clients call, so its errors take OpenAI's shape."""
+    return path.startswith(OPENAI_ROUTES)
+
+
+def _openai_type(status: int) -> str:
+    return _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
 class ApiError(Exception):
@@ -57,6 +79,7 @@ class ApiError(Exception):
         *,
         headers: Mapping[str, str] | None = None,
         games: list[str] | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -64,15 +87,23 @@ class ApiError(Exception):
         self.message = message
         self.headers = dict(headers or {})
         self.games = games
+        self.param = param  # the request field at fault, for OpenAI's shape
 
-    def body(self) -> dict[str, Any]:
+    def body(self, *, openai: bool = False) -> dict[str, Any]:
         error: dict[str, Any] = {"type": self.type, "message": self.message}
+        if openai:
+            error = {
+                "message": self.message,
+                "type": _openai_type(self.status),
+                "param": self.param,
+                "code": self.type,
+            }
         if self.games is not None:
             error["games"] = self.games
         return {"error": error}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, *, openai: bool = False) -> JSONResponse:
+        return JSONResponse(self.body(openai=openai), status_code=self.status, headers=self.headers)
 
 
 def retry_later(status: int, type_: str, message: str, retry_after_s: int) -> ApiError:
@@ -103,26 +134,30 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "Invalid request: " + "; ".join(parts) + "."
 
 
-async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+def _answer(request: Request, error: ApiError) -> JSONResponse:
+    return error.response(openai=speaks_openai(request.url.path))
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return exc.response()
+    return _answer(request, exc)
 
 
-async def _pipeline_error(_: Request, exc: Exception) -> JSONResponse:
+async def _pipeline_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RulekeeperError)
-    return from_pipeline_error(exc).response()
+    return _answer(request, from_pipeline_error(exc))
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return ApiError(422, "invalid_request", _validation_message(exc)).response()
+    return _answer(request, ApiError(422, "invalid_request", _validation_message(exc)))
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     type_ = _HTTP_TYPES.get(exc.status_code, "http_error")
     error = ApiError(exc.status_code, type_, str(exc.detail), headers=exc.headers)
-    return error.response()
+    return _answer(request, error)
 
 
 class CatchAll:
@@ -149,7 +184,7 @@ class CatchAll:
             if started or scope["type"] != "http":
                 raise
             error = ApiError(500, "internal_error", "Internal server error.")
-            await error.response()(scope, receive, send)
+            await error.response(openai=speaks_openai(scope["path"]))(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,6 +22,7 @@ from rag.settings import Settings
 log = logging.getLogger("rulekeeper.api")
 
 State = Literal["loading", "ready", "failed"]
+WARM_UP_QUESTION = "How do I set up the game?"
 
 
 @dataclass
@@ -30,10 +32,12 @@ class Runtime:
     runner: ModelRunner
     service: AskService
     keys: ApiKeys
-    limiter: RateLimiter
+    visitor_limiter: RateLimiter
+    key_limiter: RateLimiter
     state: State = "loading"
     error: str | None = None
     models: ModelsState = field(default_factory=lambda: ModelsState(embedder=None, generator=None))
+    warm_up_s: float | None = None
 
     @classmethod
     def build(cls, settings: Settings, pipeline: Pipeline) -> Runtime:
@@ -49,12 +53,14 @@ class Runtime:
             pipeline=pipeline,
             runner=runner,
             service=AskService(pipeline, runner, conversations, api),
-            keys=ApiKeys(api.api_keys),
-            limiter=RateLimiter(api.rate_limit_per_minute),
+            keys=ApiKeys.configured(api),
+            visitor_limiter=RateLimiter(api.rate_limit_per_minute),
+            key_limiter=RateLimiter(api.key_rate_limit_per_minute),
         )
 
     async def warm_up(self) -> None:
-        """Load (or build) the index and the models off the event loop; /readyz reports it."""
+        """Load (or build) the index and the models and warm them up, off the event loop;
+        /readyz turns 200 only then."""
         try:
             self.models = await anyio.to_thread.run_sync(self._load)
             self.state = "ready"
@@ -64,14 +70,21 @@ class Runtime:
             self.state = "failed"
 
     def _load(self) -> ModelsState:
-        self.pipeline.ensure_index()
-        return ModelsState(
-            embedder=self.pipeline.embedder.name, generator=self.pipeline.generator.name
-        )
+        started = time.perf_counter()
+        pipeline = self.pipeline
+        pipeline.ensure_index()
+        # What the first questions would otherwise load: the embedder, each game's lexical
+        # index (a search in every game), and the LLM with its prompt prefix.
+        for game in pipeline.corpus.games:
+            pipeline.retrieve(WARM_UP_QUESTION, game.slug)
+        pipeline.generator.warm_up()
+        self.warm_up_s = time.perf_counter() - started
+        return ModelsState(embedder=pipeline.embedder.name, generator=pipeline.generator.name)
 
     def readiness(self) -> Readiness:
         return Readiness(
             status=self.state,
+            warm_up_s=None if self.warm_up_s is None else round(self.warm_up_s, 3),
             index_loaded=self.state == "ready",
             games=len(self.pipeline.corpus.games) if self.state == "ready" else 0,
             models=self.models,

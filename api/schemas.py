@@ -8,11 +8,14 @@ public `rules ask --json` contract, plus the conversation id; `QuotesEvent` is t
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rag.types import Answer, StreamEvent
+
+if TYPE_CHECKING:
+    from api.service import Waited
 
 CONVERSATION_ID = r"^[A-Za-z0-9_-]{8,64}$"
 MAX_HISTORY = 20
@@ -41,6 +44,38 @@ class ErrorResponse(BaseModel):
         }
     )
     error: ErrorDetail
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str = Field(description="What went wrong and what to do, for people.")
+    type: str = Field(
+        description="OpenAI's category: `invalid_request_error`, `authentication_error`, "
+        "`permission_error`, `rate_limit_error` or `server_error`."
+    )
+    param: str | None = Field(description="The request field at fault, if one is.")
+    code: str = Field(description="Stable machine-readable kind, e.g. `model_not_found`.")
+    games: list[str] | None = Field(None, description="The known games, when none matched.")
+
+
+class OpenAIErrorResponse(BaseModel):
+    """Errors of the OpenAI-compatible routes, in OpenAI's shape."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "message": "The model 'gpt-4o' does not exist here: use `rulekeeper` "
+                        "or a game's id from /v1/models.",
+                        "type": "invalid_request_error",
+                        "param": "model",
+                        "code": "model_not_found",
+                    }
+                }
+            ]
+        }
+    )
+    error: OpenAIErrorDetail
 
 
 # --- ask ------------------------------------------------------------------------------------
@@ -140,9 +175,14 @@ class PassageOut(BaseModel):
 
 
 class TimingsOut(BaseModel):
+    """Where a request's time went: total_s is queue_s + load_s + the pipeline's own time,
+    which is retrieve_s + generate_s and the checks around them."""
+
     retrieve_s: float
     generate_s: float
     total_s: float
+    queue_s: float = Field(description="Waiting for the model (other questions first).")
+    load_s: float = Field(description="Loading the index or models; 0 once warm.")
 
 
 class AskResponse(BaseModel):
@@ -176,7 +216,13 @@ class AskResponse(BaseModel):
                             "score": 0.032787,
                         }
                     ],
-                    "timings": {"retrieve_s": 0.012, "generate_s": 0.003, "total_s": 0.016},
+                    "timings": {
+                        "retrieve_s": 0.012,
+                        "generate_s": 0.003,
+                        "total_s": 0.416,
+                        "queue_s": 0.4,
+                        "load_s": 0.0,
+                    },
                     "backend": "llama:qwen2.5-1.5b",
                     "conclusion": "Each player draws two cards.",
                     "quotes": [
@@ -231,8 +277,16 @@ class AskResponse(BaseModel):
     )
 
     @classmethod
-    def of(cls, answer: Answer, conversation_id: str | None) -> AskResponse:
-        return cls.model_validate({**answer.to_json(), "conversation_id": conversation_id})
+    def of(cls, answer: Answer, conversation_id: str | None, waited: Waited) -> AskResponse:
+        data = answer.to_json()
+        outside = waited.queue_s + waited.load_s
+        data["timings"] = {
+            **data["timings"],
+            "queue_s": round(waited.queue_s, 4),
+            "load_s": round(waited.load_s, 4),
+            "total_s": round(answer.timings.total_s + outside, 4),
+        }
+        return cls.model_validate({**data, "conversation_id": conversation_id})
 
 
 class QuotesEvent(BaseModel):
@@ -284,11 +338,16 @@ class GameList(BaseModel):
 
 
 class SectionOut(BaseModel):
-    id: str = Field(description="The passage's chunk id, as in citations.")
+    """A passage, or a whole section of the table of contents (several passages joined)."""
+
+    id: str = Field(description="The passage's chunk id, as in citations (a section's first).")
+    number: int = Field(description="Its section's number in the table of contents.")
     game: str
     section: list[str] = Field(description="Heading path, outermost first.")
     section_path: str = Field(description="The same, ` › ` joined.")
-    page: int | None = Field(description="Rulebook page, for formats with pages.")
+    page: int | None = Field(description="Rulebook page (the first), for formats with pages.")
+    pages: list[int] = Field(description="Every page it spans; empty without pages.")
+    chunk_ids: list[str] = Field(description="The passages it is made of, in reading order.")
     kind: Literal["section", "glossary"]
     text: str
 
@@ -320,13 +379,19 @@ class Readiness(BaseModel):
                     "index_loaded": True,
                     "games": 4,
                     "models": {"embedder": "embeddinggemma-300m", "generator": "extractive"},
+                    "warm_up_s": 9.214,
                     "error": None,
                 }
             ]
         }
     )
-    status: Literal["loading", "ready", "failed"]
+    status: Literal["loading", "ready", "failed"] = Field(
+        description="`ready` once the index and models are loaded and a warm-up ran."
+    )
     index_loaded: bool
+    warm_up_s: float | None = Field(
+        None, description="How long loading and the warm-up took, once ready."
+    )
     games: int = Field(description="Games in the loaded index.")
     models: ModelsState
     error: str | None = Field(None, description="Why loading failed.")
@@ -349,6 +414,22 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, list):
             return "".join(p.text or "" for p in self.content if p.type == "text")
         return self.content or ""
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = Field(
+        False, description="End the stream with a chunk holding `usage` and no choices."
+    )
+
+
+class Usage(BaseModel):
+    """Token counts, estimated: the local models do not report theirs. About four
+    characters a token for alphabetic text and one per Chinese character; the prompt is the
+    messages sent (Rulekeeper's own instructions and passages are not counted)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
 
 
 class ChatCompletionRequest(BaseModel):
@@ -377,8 +458,8 @@ class ChatCompletionRequest(BaseModel):
     model: str = Field(
         "rulekeeper",
         max_length=200,
-        description="A game's slug or title picks the game; any other name (e.g. "
-        "`rulekeeper`) leaves it to `game` or detection from the messages.",
+        description="`rulekeeper` (the game from `game` or detected from the messages), or a "
+        "game's slug, title or alias (that game); any other name is a 404 `model_not_found`.",
     )
     messages: list[ChatMessage] = Field(
         min_length=1,
@@ -387,6 +468,7 @@ class ChatCompletionRequest(BaseModel):
         "the history. System messages are ignored: Rulekeeper keeps its own instructions.",
     )
     stream: bool = Field(False, description="Stream `chat.completion.chunk` server-sent events.")
+    stream_options: StreamOptions | None = None
     game: str | None = Field(None, max_length=200, description="The game, overriding `model`.")
     k: int | None = Field(None, ge=1, le=20, description="Passages to retrieve.")
 
@@ -408,6 +490,7 @@ class ChatCompletion(BaseModel):
     created: int
     model: str
     choices: list[ChatChoice]
+    usage: Usage
     rulekeeper: AskResponse = Field(
         description="The full answer with citations and passages (a Rulekeeper extension)."
     )
@@ -425,13 +508,15 @@ class ChunkChoice(BaseModel):
 
 
 class ChatCompletionChunk(BaseModel):
-    """One streamed event; the last carries `finish_reason` and the full answer."""
+    """One streamed event; the one with `finish_reason` carries the full answer, and with
+    `stream_options.include_usage` a last one with no choices carries `usage`."""
 
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
     choices: list[ChunkChoice]
+    usage: Usage | None = None
     rulekeeper: AskResponse | None = None
 
 

@@ -1,5 +1,6 @@
-"""Optional API keys (constant-time check), a per-client token-bucket rate limit, and a
-limit on request bodies."""
+"""Optional API keys (constant-time check): secret keys for servers, publishable keys bound
+to their pages' origins; token-bucket rate limits per visitor and per key; and a limit on
+request bodies."""
 
 from __future__ import annotations
 
@@ -10,41 +11,141 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network, ip_address
+from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import ApiError
+from api.errors import ApiError, speaks_openai
+from rag.settings import ApiSettings, PublishableKey
 
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-class ApiKeys:
-    """The configured keys, kept as digests; comparing digests takes the same time per key."""
+def _origin(url: str) -> str:
+    """`scheme://host[:port]`, lowercased, as browsers send it in Origin."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme}://{parts.netloc}".lower()
 
-    def __init__(self, keys: Sequence[str]) -> None:
-        self._digests = [_digest(k) for k in keys if k]
+
+def page_origin(headers: Headers) -> str | None:
+    """The origin of the page a request comes from: its Origin header, else its Referer's
+    (browsers leave Origin off same-origin GETs but send the Referer)."""
+    origin = headers.get("origin")
+    if origin and origin != "null":
+        return _origin(origin)
+    referer = headers.get("referer")
+    return _origin(referer) if referer else None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a valid key allows: which pages may use it, and its rate-limit bucket."""
+
+    bucket: str
+    origins: frozenset[str] | None = None  # None: any origin (a secret key)
+    own_pages: bool = False  # the demo key: only from this server's own pages
+
+    @property
+    def secret(self) -> bool:
+        return self.origins is None and not self.own_pages
+
+    def allows(self, headers: Headers) -> bool:
+        if self.secret:
+            return True
+        origin = page_origin(headers)
+        if origin is None:
+            return False
+        if self.own_pages:
+            return urlsplit(origin).netloc == headers.get("host", "").lower()
+        return origin in (self.origins or ())
+
+
+class ApiKeys:
+    """The configured keys, kept as digests; comparing digests takes the same time per key.
+
+    Secret keys are for servers; publishable keys for pages, bound to their origins. The demo
+    key is derived from the others, so every worker (and restart) serves the same one.
+    """
+
+    def __init__(
+        self,
+        secret: Sequence[str],
+        publishable: Sequence[PublishableKey] = (),
+        *,
+        demo: bool = False,
+    ) -> None:
+        self._grants: list[tuple[bytes, Grant]] = [
+            (_digest(k), Grant(self.client_id(k))) for k in secret if k
+        ]
+        for p in publishable:
+            origins = frozenset(_origin(o) for o in p.origins)
+            self._grants.append((_digest(p.key), Grant(self.client_id(p.key), origins)))
+        self.demo_key: str | None = None
+        if demo and self._grants:
+            seed = b"".join(sorted(digest for digest, _ in self._grants))
+            self.demo_key = "pk_demo_" + hmac.new(seed, b"demo", "sha256").hexdigest()[:32]
+            grant = Grant(self.client_id(self.demo_key), own_pages=True)
+            self._grants.append((_digest(self.demo_key), grant))
+
+    @classmethod
+    def configured(cls, settings: ApiSettings) -> ApiKeys:
+        return cls(settings.api_keys, settings.publishable_keys, demo=settings.demo_key)
 
     @property
     def required(self) -> bool:
-        return bool(self._digests)
+        return bool(self._grants)
 
-    def valid(self, presented: str | None) -> bool:
+    @property
+    def origins(self) -> list[str]:
+        """The origins publishable keys are bound to (CORS must let them in)."""
+        return sorted({o for _, grant in self._grants for o in grant.origins or ()})
+
+    def grant(self, presented: str | None) -> Grant | None:
         if not presented:
-            return False
+            return None
         digest = _digest(presented)
-        matched = False
-        for known in self._digests:  # no early exit: every key is compared
-            matched |= hmac.compare_digest(digest, known)
-        return matched
+        found = None
+        for known, grant in self._grants:  # no early exit: every key is compared
+            if hmac.compare_digest(digest, known):
+                found = grant
+        return found
 
     @staticmethod
     def client_id(presented: str) -> str:
         """A stable name for the key's rate-limit bucket that does not hold the key."""
         return "key:" + _digest(presented).hex()[:16]
+
+
+def visitor_address(
+    peer: str | None, headers: Headers, trusted: Sequence[IPv4Network | IPv6Network], header: str
+) -> str:
+    """The visitor's address: the peer's, unless the peer is a trusted proxy; then the last
+    address in the proxy header that is not a trusted proxy (the ones before it are whatever
+    the client claimed, so they are never believed)."""
+    if peer is None:
+        return "unknown"
+    if not _is_trusted(peer, trusted):
+        return peer
+    forwarded = [a.strip() for line in headers.getlist(header) for a in line.split(",")]
+    forwarded = [a for a in forwarded if a]
+    for address in reversed(forwarded):
+        if not _is_trusted(address, trusted):
+            return address
+    return forwarded[0] if forwarded else peer
+
+
+def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> bool:
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
 
 
 class RateLimiter:
@@ -104,7 +205,8 @@ class BodyLimit:
             return
         length = Headers(scope=scope).get("content-length", "")
         if length.isdigit() and int(length) > self.max_bytes:
-            await self._too_large().response()(scope, receive, send)
+            too_large = self._too_large().response(openai=speaks_openai(scope["path"]))
+            await too_large(scope, receive, send)
             return
         received = 0
 

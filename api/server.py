@@ -12,6 +12,10 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+# Off: uvicorn would believe X-Forwarded-For from 127.0.0.1; the visitor's address comes from
+# the `api.trusted_proxies` setting alone (api.security.visitor_address).
+PROXY_HEADERS = False
+
 
 def serve(host: str, port: int, workers: int) -> None:
     """Serve until interrupted. Each worker process builds its own pipeline (index, models)
@@ -23,6 +27,7 @@ def serve(host: str, port: int, workers: int) -> None:
         port=port,
         workers=workers,
         timeout_graceful_shutdown=10,
+        proxy_headers=PROXY_HEADERS,
     )
 
 
@@ -33,7 +38,8 @@ def running(app: FastAPI, *, ready_timeout_s: float = 60.0) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", proxy_headers=PROXY_HEADERS)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -6,17 +6,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from fastapi import Request
 
 from api.conversations import ConversationStore
-from api.errors import ApiError
+from api.errors import ApiError, retry_later
 from api.runner import Job, ModelRunner
+from rag.errors import GameNotFoundError
 from rag.pipeline import Pipeline
 from rag.settings import ApiSettings
 from rag.types import Answer, StreamEvent, Turn
+
+QUEUED_RETRY_AFTER_S = 5
+UNPLACED_QUESTION = (
+    "Which game? Name it in the question, or choose one: the `game` field, or a game's id "
+    "(from /v1/models) as the chat `model`."
+)
+
+
+@dataclass
+class Waited:
+    """A request's time outside the pipeline's own timings: in the model's queue, and
+    loading the index or models (nothing once warm; again after the corpus changed)."""
+
+    queue_s: float = 0.0
+    load_s: float = 0.0
+    started: bool = False  # the model began on it (before that, it was still queued)
 
 
 @dataclass(frozen=True)
@@ -37,12 +55,14 @@ class AnswerStream:
         deadline: float,
         on_answer: Callable[[Answer], None],
         conversation_id: str | None,
+        waited: Waited,
     ) -> None:
         self._job = job
         self._deadline = deadline
         self._on_answer = on_answer
         self._first: StreamEvent | None = None
         self.conversation_id = conversation_id
+        self.waited = waited  # filled in on the model thread before the first event
 
     async def begin(self) -> None:
         """Wait for the first event, so a bad question fails before any response starts."""
@@ -73,8 +93,16 @@ class AnswerStream:
                 return await self._job.next()
         except TimeoutError:
             self._job.cancel()
+            if not self.waited.started:  # the time went to other questions, not this one
+                raise retry_later(
+                    503,
+                    "busy",
+                    "The server was busy answering other questions until the time limit; "
+                    "retry shortly.",
+                    QUEUED_RETRY_AFTER_S,
+                ) from None
             raise ApiError(
-                504, "timeout", "Answering took too long; try a shorter or simpler question."
+                504, "timeout", "Answering took longer than the server's time limit."
             ) from None
 
 
@@ -105,7 +133,7 @@ class AskService:
         self.pipeline = pipeline
         self._runner = runner
         self._conversations = conversations
-        self._settings = settings
+        self.settings = settings
 
     def turns(self, exchanges: Iterable[tuple[str, str, str | None]]) -> tuple[Turn, ...]:
         """History from (question, answer, game name) triples, each named game resolved to
@@ -115,30 +143,45 @@ class AskService:
             Turn(question=q, answer=a, game=corpus.resolve(name).slug if name else None)
             for q, a, name in exchanges
         ]
-        return tuple(turns[-self._settings.conversation_turns :])
+        return tuple(turns[-self.settings.conversation_turns :])
 
     async def start(self, query: AskQuery) -> AnswerStream:
         """Queue the question for the model and wait for its first event."""
-        limit = self._settings.max_question_chars
+        limit = self.settings.max_question_chars
         if len(query.question.strip()) > limit:
             raise ApiError(
                 422, "invalid_request", f"The question is longer than {limit} characters."
             )
         cid = query.conversation_id
         history = self._conversations.history(cid) if cid else query.history
-        job = self._runner.start(
-            lambda: self.pipeline.ask_stream(query.question, query.game, query.k, history)
-        )
-        deadline = asyncio.get_running_loop().time() + self._settings.timeout_s
+        waited = Waited()
+        queued_at = time.perf_counter()
+
+        def call() -> Iterator[StreamEvent]:  # runs on the model thread
+            loading = time.perf_counter()
+            waited.queue_s = loading - queued_at
+            waited.started = True
+            self.pipeline.ensure_index()
+            waited.load_s = time.perf_counter() - loading
+            yield from self.pipeline.ask_stream(query.question, query.game, query.k, history)
+
+        job = self._runner.start(call)
+        deadline = asyncio.get_running_loop().time() + self.settings.timeout_s
 
         def remember(answer: Answer) -> None:
             if cid:
                 turn = Turn(question=answer.question, answer=answer.answer, game=answer.game)
                 self._conversations.append(cid, turn)
 
-        stream = AnswerStream(job, deadline, remember, cid)
+        stream = AnswerStream(job, deadline, remember, cid, waited)
         try:
             await stream.begin()
+        except GameNotFoundError as exc:
+            stream.cancel()
+            if query.game:  # the game asked for is unknown: the pipeline's message says so
+                raise
+            # None named or detected; the pipeline's wording is the command line's.
+            raise GameNotFoundError(UNPLACED_QUESTION, exc.choices) from exc
         except BaseException:
             stream.cancel()
             raise

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from api.errors import ApiError, from_pipeline_error
+from api.errors import ApiError, from_pipeline_error, speaks_openai
 from api.runner import JobCancelled
 from api.service import AnswerStream, cancelled_on_disconnect
 from rag.errors import RulekeeperError
@@ -55,7 +55,7 @@ def event_stream(
         except JobCancelled:
             return
         except Exception as exc:
-            yield frame(_error(exc).body(), error_event)
+            yield frame(_error(exc).body(openai=speaks_openai(request.url.path)), error_event)
         finally:
             stream.cancel()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rag.errors import ModelError
 from rag.lang import sentence_spans
-from rag.prompting import Prompt
+from rag.prompting import Prompt, system_message
 
 # A sentence (or list item) written this many times means the model is looping.
 MAX_REPEATS = 3
@@ -44,6 +44,11 @@ class Generator(ABC):
 
     def complete(self, prompt: Prompt) -> str:
         return "".join(self.stream(prompt))
+
+    def warm_up(self) -> None:
+        """Load the model and read the fixed prompt prefix, so that the first question does
+        not wait for either; a backend without a model has nothing to do."""
+        return
 
 
 class LlamaCppGenerator(Generator):
@@ -103,6 +108,12 @@ class LlamaCppGenerator(Generator):
                 verbose=False,
             )
         return self._llm
+
+    def warm_up(self) -> None:
+        # One token after the system prompt: llama.cpp keeps the prefix it evaluated and
+        # reuses it for every prompt that starts the same way (all of them, see prompting).
+        with self.lock:
+            self.load().create_chat_completion(messages=[system_message()], max_tokens=1)
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
         return stop_repeating(self._stream(prompt))

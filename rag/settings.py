@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, IPvAnyNetwork, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -110,12 +110,47 @@ class GenerationSettings(BaseModel):
     )
 
 
-class ApiSettings(BaseModel):
-    cors_origins: list[str] = Field(default_factory=list, description="Allowed browser origins.")
-    api_keys: list[str] = Field(
-        default_factory=list, description="If set, X-API-Key or Bearer key required."
+class PublishableKey(BaseModel):
+    key: str = Field(min_length=1, description="The key a page shows (widget `data-api-key`).")
+    origins: list[str] = Field(
+        min_length=1, description="The pages' origins allowed to use it, e.g. https://shop.example."
     )
-    rate_limit_per_minute: int = Field(30, ge=1, description="Requests per client per minute.")
+
+
+class ApiSettings(BaseModel):
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Allowed browser origins (publishable keys' origins are added).",
+    )
+    api_keys: list[str] = Field(
+        default_factory=list,
+        description="Secret keys, for servers calling the API (never put one in a page): any "
+        "origin, limited per key only. Any key set: a key is required (X-API-Key or Bearer).",
+    )
+    publishable_keys: list[PublishableKey] = Field(
+        default_factory=list,
+        description="Keys for public pages: accepted only from their origins (the Origin "
+        "header), limited per visitor and per key.",
+    )
+    demo_key: bool = Field(
+        True,
+        description="With keys on, /demo gets its own publishable key, valid only from this "
+        "server's own pages.",
+    )
+    rate_limit_per_minute: int = Field(
+        30, ge=1, description="Requests per visitor (client address) per minute."
+    )
+    key_rate_limit_per_minute: int = Field(
+        600, ge=1, description="Requests per key per minute, all its visitors together."
+    )
+    trusted_proxies: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="Reverse proxies (addresses or networks) whose `client_ip_header` names "
+        "the visitor; from any other peer the header is ignored.",
+    )
+    client_ip_header: str = Field(
+        "X-Forwarded-For", description="The trusted proxies' header naming the visitor."
+    )
     max_question_chars: int = Field(1000, ge=10)
     max_body_bytes: int = Field(64_000, ge=1024)
     queue_size: int = Field(8, ge=0, description="Waiting model calls per worker before 503.")
@@ -127,6 +162,11 @@ class ApiSettings(BaseModel):
         1000, ge=1, description="Conversations kept per worker; the least recently used go."
     )
     conversation_turns: int = Field(8, ge=1, description="Turns kept per conversation.")
+    chat_sources: bool = Field(
+        True,
+        description="OpenAI-compatible chat: end the message with its sources (section and "
+        "page), for chat UIs that show only the text.",
+    )
 
 
 class Settings(BaseSettings):

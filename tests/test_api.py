@@ -15,6 +15,7 @@ import pytest
 
 from api.conversations import ConversationStore
 from api.security import ApiKeys, RateLimiter
+from rag.contents import table_of_contents
 from rag.errors import InputError
 from rag.generation import Generator
 from rag.pipeline import Pipeline
@@ -87,7 +88,7 @@ def check_contract(answer: dict[str, Any]) -> None:
     numbers = {c["n"] for c in answer["citations"]}
     assert {c["chunk_id"] for c in answer["citations"]} <= passages
     assert {int(n) for n in re.findall(r"\[(\d+)\]", answer["answer"])} <= numbers
-    assert set(answer["timings"]) == {"retrieve_s", "generate_s", "total_s"}
+    assert set(answer["timings"]) == {"retrieve_s", "generate_s", "total_s", "queue_s", "load_s"}
     cited = {c["n"]: c for c in answer["citations"]}
     for quote in answer["quotes"]:  # verbatim rulebook text, of a cited passage
         assert set(quote) == QUOTE_KEYS
@@ -185,9 +186,38 @@ def test_sections_in_reading_order_and_by_id(client: httpx.Client, pipeline: Pip
     sections = listing["sections"]
     assert [s["id"] for s in sections] == [c.id for c in pipeline.chunks("suros")]
     first = sections[0]
-    assert set(first) == {"id", "game", "section", "section_path", "page", "kind", "text"}
+    assert set(first) == {
+        "id", "number", "game", "section", "section_path", "page", "pages", "chunk_ids",
+        "kind", "text",
+    }  # fmt: skip
     one = client.get(f"/v1/games/suros/sections/{first['id']}")
     assert one.status_code == 200 and one.json() == first
+    toc = table_of_contents(pipeline.chunks("suros"))
+    number = {c.id: s.number for s in toc for c in s.chunks}
+    assert [s["number"] for s in sections] == [number[s["id"]] for s in sections]
+    assert {s["number"] for s in sections} == set(range(1, len(toc) + 1))
+
+
+def test_sections_by_number_and_name_as_rules_show(
+    client: httpx.Client, pipeline: Pipeline
+) -> None:
+    toc = table_of_contents(pipeline.chunks("deck52-final-bus"))
+    icons = next(s for s in toc if s.title.endswith("Icons"))
+    assert len(icons.chunks) > 1  # a long section: its passages are joined, overlap dropped
+    base = "/v1/games/deck52/sections/"
+    for name in (str(icons.number), "icons", "deck 52: final bus > ICONS"):
+        found = client.get(base + name)
+        assert found.status_code == 200, (name, found.text)
+        whole = found.json()
+        assert whole["number"] == icons.number and whole["text"] == icons.text
+        assert whole["chunk_ids"] == [c.id for c in icons.chunks]
+        assert whole["section_path"] == icons.title and whole["id"] == icons.chunks[0].id
+    error = error_of(client.get(base + "999"), 404, "section_not_found")
+    assert f"1–{len(toc)}" in error["message"]
+    error_of(client.get(base + "no such heading"), 404, "section_not_found")
+    twice = client.get("/v1/games/maximum-throwdown-overload/sections/turn sequence")
+    error = error_of(twice, 409, "ambiguous_section")
+    assert "Quick Reference › Turn Sequence" in error["message"]
 
 
 def test_rulebook_view_errors(client: httpx.Client) -> None:
@@ -342,7 +372,7 @@ def test_chat_completion(client: httpx.Client) -> None:
     assert completion["object"] == "chat.completion" and completion["model"] == "suros"
     message = completion["choices"][0]["message"]
     assert message["role"] == "assistant"
-    assert message["content"] == completion["rulekeeper"]["answer"]
+    assert message["content"].startswith(completion["rulekeeper"]["answer"] + "\n\nSources:")
     check_contract(completion["rulekeeper"])
     assert "Rulekeeper, a board-game rules assistant" not in message["content"]
 
@@ -356,7 +386,7 @@ def test_chat_detects_the_game_from_earlier_messages(client: httpx.Client) -> No
     body = {"model": "rulekeeper", "messages": messages}
     completion = client.post("/v1/chat/completions", json=body).json()
     assert completion["rulekeeper"]["game"] == "suros"
-    by_field = {"model": "gpt-4o", "game": "deck52", "messages": messages[-1:]}
+    by_field = {"model": "rulekeeper", "game": "deck52", "messages": messages[-1:]}
     assert client.post("/v1/chat/completions", json=by_field).json()["rulekeeper"]["game"] == (
         "deck52-final-bus"
     )
@@ -374,7 +404,7 @@ def test_chat_stream(client: httpx.Client) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks)
-    assert text == chunks[-1]["rulekeeper"]["answer"]
+    assert text.startswith(chunks[-1]["rulekeeper"]["answer"] + "\n\nSources:")
     check_contract(chunks[-1]["rulekeeper"])
 
 
@@ -388,7 +418,7 @@ def test_chat_stream_sends_only_final_text(
     chunks = [data for _, data in sse(response)][:-1]
     contents = [c["choices"][0]["delta"]["content"] for c in chunks]
     final = chunks[-1]["rulekeeper"]
-    assert [text for text in contents if text] == [final["answer"]]
+    assert [text.split("\n\nSources:")[0] for text in contents if text] == [final["answer"]]
     assert final["conclusion"] is None
     assert all("99" not in json.dumps(c["choices"]) for c in chunks)  # the draft: never sent
     assert {name for name, _ in sse(response)} == {"message"}  # unnamed events, as OpenAI's
@@ -398,7 +428,7 @@ def test_chat_stream_sends_only_final_text(
     response = scripted_client.post("/v1/chat/completions", json=body)
     chunks = [data for _, data in sse(response)][:-1]
     text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks)
-    assert text == chunks[-1]["rulekeeper"]["answer"]
+    assert text.startswith(chunks[-1]["rulekeeper"]["answer"] + "\n\nSources:")
     assert text.startswith("Conclusion: Each player starts with the HP shown. [1]")
     plain = scripted_client.post("/v1/chat/completions", json={**body, "stream": False}).json()
     assert plain["choices"][0]["message"]["content"] == text
@@ -406,7 +436,8 @@ def test_chat_stream_sends_only_final_text(
 
 def test_chat_needs_a_user_question_last(client: httpx.Client) -> None:
     body = {"messages": [{"role": "assistant", "content": "Hello"}]}
-    error_of(client.post("/v1/chat/completions", json=body), 422, "invalid_request")
+    error = error_of(client.post("/v1/chat/completions", json=body), 422)
+    assert error["code"] == "invalid_request"  # OpenAI's shape on the OpenAI route
     error_of(client.post("/v1/chat/completions", json={"messages": []}), 422)
 
 
@@ -556,8 +587,10 @@ def test_api_keys(serve_api: Any, pipeline: Pipeline) -> None:
         assert client.get("/widget.js").status_code == 200
 
 
-def test_rate_limit_per_client(serve_api: Any, pipeline: Pipeline) -> None:
-    url = serve_api(pipeline, rate_limit_per_minute=3, api_keys=["alice", "bob"])
+def test_rate_limit_per_secret_key(serve_api: Any, pipeline: Pipeline) -> None:
+    url = serve_api(
+        pipeline, rate_limit_per_minute=3, key_rate_limit_per_minute=3, api_keys=["alice", "bob"]
+    )
     alice, bob = {"X-API-Key": "alice"}, {"X-API-Key": "bob"}
     with httpx.Client(base_url=url) as client:
         for _ in range(3):
@@ -766,7 +799,8 @@ def test_rate_limiter_refills_evenly() -> None:
 
 def test_api_keys_compare_digests() -> None:
     keys = ApiKeys(["alpha", ""])
-    assert keys.required and keys.valid("alpha")
-    assert not keys.valid("alph") and not keys.valid("") and not keys.valid(None)
+    grant = keys.grant("alpha")
+    assert keys.required and grant is not None and grant.secret
+    assert keys.grant("alph") is None and keys.grant("") is None and keys.grant(None) is None
     assert not ApiKeys([]).required
     assert "alpha" not in ApiKeys.client_id("alpha")

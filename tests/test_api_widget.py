@@ -186,3 +186,11 @@ def test_follow_ups_keep_the_conversation_and_errors_show(
     ask(page, "What now?", game="")
     page.wait_for_selector(".rk-status.rk-error")
     assert "conversation_id" not in bodies[3]
+
+
+def test_the_demo_works_with_keys_on(page: Any, serve_api: Any, pipeline: Pipeline) -> None:
+    """With only a secret key configured, the demo uses its own publishable key."""
+    open_demo(page, serve_api(pipeline, api_keys=["sk_server"]))  # lists the games: a GET
+    ask(page, QUESTION)  # a POST, with its Origin
+    page.wait_for_selector(".rk-cite")
+    assert page.inner_text(".rk-answer").startswith("Rule text:")

@@ -21,8 +21,9 @@ from cli.errors import ExitCode
 from cli.main import app
 from cli.render import stream_answer
 from cli.state import CliState
-from cli.toc import outline, table_of_contents
+from cli.toc import outline
 from cli.ui import Ui
+from rag.contents import table_of_contents
 from rag.models import ModelSpec
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt

@@ -17,7 +17,7 @@ router = APIRouter(
     prefix="/v1",
     tags=["ask"],
     dependencies=[Guard],
-    responses=documented(401, 404, 413, 422, 429, 503, 504),
+    responses=documented(401, 403, 404, 413, 422, 429, 503, 504),
 )
 
 _STREAM_EXAMPLE = (
@@ -75,7 +75,7 @@ async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskRes
     stream = await service.start(_query(body, service))
     async with cancelled_on_disconnect(request, stream):
         answer = await stream.answer()
-    return AskResponse.of(answer, stream.conversation_id)
+    return AskResponse.of(answer, stream.conversation_id, stream.waited)
 
 
 @router.post(
@@ -95,7 +95,7 @@ async def ask_stream(body: AskRequest, request: Request, service: ServiceDep) ->
     async def frames(events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
         async for event in events:
             if event.kind == "answer" and event.answer is not None:
-                answer = AskResponse.of(event.answer, stream.conversation_id)
+                answer = AskResponse.of(event.answer, stream.conversation_id, stream.waited)
                 yield frame(answer.model_dump(mode="json"), "citations")
             elif event.kind == "quotes":
                 quotes = QuotesEvent.of(event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -22,27 +23,75 @@ from api.schemas import (
     ChunkDelta,
     ModelCard,
     ModelList,
+    Usage,
 )
 from api.service import AskQuery, AskService, cancelled_on_disconnect
 from api.sse import comment, event_stream, frame, sse_doc
 from rag.errors import GameNotFoundError
-from rag.types import StreamEvent
+from rag.lang import CJK_RE
+from rag.pipeline import Pipeline
+from rag.types import Answer, StreamEvent
 
 router = APIRouter(
     prefix="/v1",
     tags=["openai"],
     dependencies=[Guard],
-    responses=documented(401, 404, 413, 422, 429, 503, 504),
+    responses=documented(401, 403, 404, 413, 422, 429, 503, 504, openai=True),
 )
 
 DEFAULT_MODEL = "rulekeeper"
+_SOURCES = {"en": ("Sources:", "p. {}"), "zh": ("来源：", "第 {} 页")}
+CHARS_PER_TOKEN = 4  # alphabetic text, as BPE tokenizers usually split it
 
 
 def _game_named_by_model(model: str, service: AskService) -> str | None:
+    """The game `model` names; None for the service's own id; 404 for anything else."""
+    if model == DEFAULT_MODEL:
+        return None
     try:
         return service.pipeline.corpus.resolve(model).slug
     except GameNotFoundError:
-        return None
+        raise ApiError(
+            404,
+            "model_not_found",
+            f"The model {model!r} does not exist here: use {DEFAULT_MODEL!r} or a game's id "
+            "from /v1/models.",
+            param="model",
+        ) from None
+
+
+def estimated_tokens(text: str) -> int:
+    """A token count for `usage`, since the local models report none: one per Chinese
+    character, and CHARS_PER_TOKEN characters per token for the rest."""
+    cjk = len(CJK_RE.findall(text))
+    return cjk + math.ceil((len(text) - cjk) / CHARS_PER_TOKEN)
+
+
+def _usage(body: ChatCompletionRequest, content: str) -> Usage:
+    prompt = sum(estimated_tokens(m.text) for m in body.messages)
+    completion = estimated_tokens(content)
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+
+
+def _sources(answer: Answer, pipeline: Pipeline) -> str:
+    """The cited passages as a list a chat UI shows: marker, section path and page."""
+    heading, page = _SOURCES[answer.lang]
+    lines = []
+    for citation in answer.citations:
+        where = citation.section
+        number = pipeline.chunk(citation.chunk_id).page
+        if number is not None:
+            where += ", " + page.format(number)
+        lines.append(f"[{citation.n}] {where}")
+    return "\n".join([heading, *lines])
+
+
+def _content(answer: Answer, service: AskService, with_sources: bool) -> str:
+    if not with_sources or not answer.citations:
+        return answer.answer
+    return f"{answer.answer}\n\n{_sources(answer, service.pipeline)}"
 
 
 def _query(body: ChatCompletionRequest, service: AskService) -> AskQuery:
@@ -62,7 +111,8 @@ def _query(body: ChatCompletionRequest, service: AskService) -> AskQuery:
             question = None
     if question is not None:
         exchanges.append((question, "", None))
-    game = body.game or _game_named_by_model(body.model, service)
+    named = _game_named_by_model(body.model, service)
+    game = body.game or named
     return AskQuery(said[-1].text, game, body.k, history=service.turns(exchanges))
 
 
@@ -88,10 +138,13 @@ KEEP_ALIVE_S = 5.0
     "/chat/completions",
     summary="Chat (OpenAI-compatible)",
     description="`model` may name the game (its slug or title), or set `game`; otherwise the "
-    "game is detected from the messages. The answer's citations, passages, quotes and checks "
-    "come in the `rulekeeper` field (the last chunk's, when streaming). A stream carries only "
-    "final text: the whole checked answer arrives in one chunk once it is ready (the draft "
-    "being checked is never sent); until then the stream holds only comment lines.",
+    "game is detected from the messages; a `model` that is neither a game nor `rulekeeper` is "
+    "a 404 `model_not_found`. The message ends with its sources (section and page; the "
+    "`api.chat_sources` setting turns that off). `usage` is an estimate (see `Usage`). The "
+    "answer's citations, passages, quotes and checks come in the `rulekeeper` field (the "
+    "finishing chunk's, when streaming). A stream carries only final text: the whole checked "
+    "answer arrives in one chunk once it is ready (the draft being checked is never sent); "
+    "until then the stream holds only comment lines. Errors are in OpenAI's shape.",
     response_model=ChatCompletion,
     responses=sse_doc(
         "A `chat.completion`, or with `stream: true` server-sent `chat.completion.chunk` "
@@ -106,21 +159,34 @@ async def chat_completions(
     stream = await service.start(_query(body, service))
     completion_id = "chatcmpl-" + secrets.token_hex(12)
     created = int(time.time())
+    with_sources = service.settings.chat_sources
     if not body.stream:
         async with cancelled_on_disconnect(request, stream):
             answer = await stream.answer()
+        content = _content(answer, service, with_sources)
         return ChatCompletion(
             id=completion_id,
             created=created,
             model=body.model,
-            choices=[ChatChoice(message=AssistantMessage(content=answer.answer))],
-            rulekeeper=AskResponse.of(answer, None),
+            choices=[ChatChoice(message=AssistantMessage(content=content))],
+            usage=_usage(body, content),
+            rulekeeper=AskResponse.of(answer, None, stream.waited),
         )
 
-    def chunk(delta: ChunkDelta, answer: AskResponse | None = None) -> str:
-        choice = ChunkChoice(delta=delta, finish_reason=None if answer is None else "stop")
+    def chunk(
+        delta: ChunkDelta | None,
+        answer: AskResponse | None = None,
+        usage: Usage | None = None,
+    ) -> str:
+        finish = None if answer is None else "stop"
+        choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish)]
         event = ChatCompletionChunk(
-            id=completion_id, created=created, model=body.model, choices=[choice], rulekeeper=answer
+            id=completion_id,
+            created=created,
+            model=body.model,
+            choices=choices,
+            usage=usage,
+            rulekeeper=answer,
         )
         return frame(event.model_dump(mode="json"))
 
@@ -135,9 +201,11 @@ async def chat_completions(
                     quiet_since = time.monotonic()
                     yield comment("checking")
                 continue
-            final = AskResponse.of(event.answer, None)
-            yield chunk(ChunkDelta(content=final.answer))
-            yield chunk(ChunkDelta(), final)
+            content = _content(event.answer, service, with_sources)
+            yield chunk(ChunkDelta(content=content))
+            yield chunk(ChunkDelta(), AskResponse.of(event.answer, None, stream.waited))
+            if body.stream_options and body.stream_options.include_usage:
+                yield chunk(None, usage=_usage(body, content))
         yield frame("[DONE]")
 
     return event_stream(request, stream, frames, error_event=None)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
+
+from api.deps import RuntimeDep
 
 router = APIRouter(tags=["widget"])
 
@@ -36,12 +39,13 @@ async def widget_js() -> FileResponse:
 @router.get(
     "/demo",
     summary="A demo page embedding the widget",
-    response_class=FileResponse,
+    response_class=HTMLResponse,
     responses={200: {"content": {"text/html": {}}}},
 )
-async def demo() -> FileResponse:
-    return FileResponse(
-        STATIC / "demo.html",
-        media_type="text/html; charset=utf-8",
-        headers={**_NOSNIFF, "Content-Security-Policy": _DEMO_CSP},
-    )
+async def demo(runtime: RuntimeDep) -> HTMLResponse:
+    page = (STATIC / "demo.html").read_text(encoding="utf-8")
+    key = runtime.keys.demo_key
+    if key:  # keys on: the demo's own publishable key, valid only from this server's pages
+        widget = f'<div data-rulekeeper data-api-key="{html.escape(key)}">'
+        page = page.replace("<div data-rulekeeper>", widget, 1)
+    return HTMLResponse(page, headers={**_NOSNIFF, "Content-Security-Policy": _DEMO_CSP})

@@ -9,8 +9,9 @@
  *
  * Options (data attributes on the container): data-endpoint (the API's origin; default:
  * where this script came from), data-game (fix the game; default: a game picker),
- * data-api-key (when the server requires a key). A page on another origin must be in the
- * server's CORS allow-list.
+ * data-api-key (when the server requires a key: a publishable key bound to this page's
+ * origin, never a secret key). A page on another origin must be in the server's CORS
+ * allow-list (a publishable key's origins are).
  *
  * Security: every text from the server (answers, rulebook passages, error messages) is put
  * in the page as text nodes (textContent), never parsed as HTML.

@@ -12,8 +12,9 @@ from rich.text import Text
 from cli.errors import ExitCode
 from cli.render import print_games
 from cli.state import get_state
-from cli.toc import Section, find_sections, outline, table_of_contents
+from cli.toc import outline
 from cli.ui import Ui
+from rag.contents import Section, find_sections, table_of_contents
 from rag.errors import IngestError, InputError
 
 
