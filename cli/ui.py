@@ -27,7 +27,11 @@ IndexProgress = Callable[[str, int, int], None]  # rag.pipeline.Progress: (stage
 Report = Callable[[str], None]  # rag.models.Progress: one message per step
 
 # The index build reports stages by short names; say what each one does.
-_STAGE_LABELS = {"chunk": "Reading rulebooks", "embed": "Embedding passages"}
+_STAGE_LABELS = {
+    "chunk": "Reading rulebooks",
+    "reuse": "Passages already embedded",
+    "embed": "Embedding new passages",
+}
 
 
 class Ui:

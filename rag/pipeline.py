@@ -103,14 +103,19 @@ class Pipeline:
         return IndexStore(self.settings.index_dir)
 
     def ensure_index(self, *, rebuild: bool = False, progress: Progress | None = None) -> Retriever:
-        """Load the index, rebuilding it when the corpus or settings changed (or asked to)."""
+        """Load the index, rebuilding it when the corpus or settings changed (or asked to).
+
+        A rebuild reuses the stored vectors of unchanged passages; one asked for embeds all.
+        """
         with self._lock:
             if self._retriever is not None and not rebuild:
                 return self._retriever
             store = self.index_store()
             if rebuild or not store.is_current(self.corpus, self.settings, self.embedder.name):
                 chunks = self._chunk_corpus(progress)
-                index = store.build(self.corpus, self.settings, self.embedder, chunks, progress)
+                index = store.build(
+                    self.corpus, self.settings, self.embedder, chunks, progress, reuse=not rebuild
+                )
             else:
                 index = store.load()
             self._retriever = Retriever(index, self.embedder, self.settings.retrieval)
@@ -247,7 +252,8 @@ class Pipeline:
         aliases: Sequence[str] = (),
         progress: Progress | None = None,
     ) -> GameInfo:
-        """Copy a user's rulebook into the corpus and index it; nothing is left half-added."""
+        """Copy a user's rulebook into the corpus and index it (embedding its passages alone);
+        nothing is left half-added."""
         if path.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise IngestError(
                 f"{path.name}: unsupported format; use one of {', '.join(SUPPORTED_SUFFIXES)}."

@@ -248,14 +248,17 @@ def rulebook(tmp_path: Path) -> Path:
 
 
 def test_add_then_ask_then_remove(invoke: Invoke, rulebook: Path) -> None:
+    assert invoke("index").exit_code == 0  # the built-in books' vectors, for the add to reuse
     added = invoke("add", str(rulebook), "--title", "Pebble Race", "--alias", "PR")
     assert added.exit_code == 0, added.output
     assert "Added Pebble Race as pebble-race" in added.stdout
+    assert "3 passages embedded, 260 reused" in added.stderr
     assert "pebble-race" in invoke("games").stdout
     asked = invoke("ask", "What happens to a pebble that misses?", "--game", "PR", "--json")
     assert json.loads(asked.stdout)["game"] == "pebble-race"
     removed = invoke("remove", "pebble race")
     assert removed.exit_code == 0 and "Removed Pebble Race" in removed.stdout
+    assert "0 passages embedded, 260 reused" in removed.stderr
     assert "pebble-race" not in invoke("games").stdout
 
 
