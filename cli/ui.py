@@ -69,6 +69,9 @@ class Ui:
         """A remark for the person, not for scripts: stderr."""
         self.err.print(Text(message, style="dim"))
 
+    def warning(self, message: str) -> None:
+        self.err.print(Text.assemble(("Warning: ", "bold yellow"), message))
+
     def error(self, message: str) -> None:
         self.err.print(Text.assemble(("Error: ", "bold red"), message))
 

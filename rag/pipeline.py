@@ -22,12 +22,24 @@ from rag.lang import detect_lang
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus, slugify, write_manifest
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document
+from rag.reading.report import ingest_report, page_count
 from rag.searching.embedding import Embedder, embedder_for
 from rag.searching.index import IndexStore
 from rag.searching.reranking import Reranker, make_reranker
 from rag.searching.retrieval import Retriever
 from rag.settings import Settings, load_settings
-from rag.types import Answer, Check, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
+from rag.types import (
+    Answer,
+    Check,
+    Chunk,
+    GameInfo,
+    Hit,
+    IngestReport,
+    Lang,
+    StreamEvent,
+    Timings,
+    Turn,
+)
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -38,6 +50,14 @@ MAX_QUESTION_CHARS = 2000
 class GameSummary:
     game: GameInfo
     chunks: int
+
+
+@dataclass(frozen=True)
+class AddedBook:
+    """A rulebook `add_book` added, and what was read from it."""
+
+    game: GameInfo
+    report: IngestReport
 
 
 class Pipeline:
@@ -251,7 +271,7 @@ class Pipeline:
         title: str,
         aliases: Sequence[str] = (),
         progress: Progress | None = None,
-    ) -> GameInfo:
+    ) -> AddedBook:
         """Copy a user's rulebook into the corpus and index it (embedding its passages alone);
         nothing is left half-added."""
         if path.suffix.lower() not in SUPPORTED_SUFFIXES:
@@ -278,12 +298,13 @@ class Pipeline:
             )
             write_manifest(folder, info)
             self._reload()
-            self.ensure_index(progress=progress)
+            index = self.ensure_index(progress=progress).index
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             self._reload()
             raise
-        return info
+        report = ingest_report(document, index.chunks_of(slug), page_count(target))
+        return AddedBook(info, report)
 
     def remove_book(self, game: str) -> GameInfo:
         info = self.corpus.resolve(game)

@@ -16,6 +16,8 @@ from cli.toc import Section, find_sections, outline, table_of_contents
 from cli.ui import Ui
 from rag.errors import IngestError, InputError
 
+_LANGUAGES = {"en": "English", "zh": "Chinese"}
+
 
 def games(ctx: typer.Context) -> None:
     """List the games with their aliases and how many passages each rulebook has."""
@@ -95,9 +97,15 @@ def add(
     state = get_state(ctx)
     pipeline = state.pipeline
     with state.ui.index_progress() as progress:
-        info = pipeline.add_book(file, title, alias or (), progress=progress)
-    chunks = len(pipeline.chunks(info.slug))
-    state.ui.text(f"Added {info.title} as {info.slug} ({chunks} passages).")
+        added = pipeline.add_book(file, title, alias or (), progress=progress)
+    info, report = added.game, added.report
+    pages = f"{report.pages} pages, " if report.pages is not None else ""
+    state.ui.text(
+        f"Added {info.title} as {info.slug}: {pages}{report.sections} sections, "
+        f"{report.passages} passages, {report.words} words, {_LANGUAGES[report.language]}."
+    )
+    for warning in report.warnings:
+        state.ui.warning(warning.message)
     _note_build(state.ui, pipeline.ensure_index().index.manifest)
     state.ui.note(f'Ask with: rules ask "..." --game {info.slug}')
 
