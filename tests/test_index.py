@@ -33,6 +33,31 @@ class CountingEmbedder(FakeEmbedder):
         return super()._encode(texts, query=query)
 
 
+class BatchRecorder(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        self.batches.append(texts)
+        return super()._encode(texts, query=query)
+
+
+def test_passages_are_embedded_in_batches_of_like_length_and_returned_in_order() -> None:
+    texts = ["a b c d e f g", "x", "move two spaces", "y z", "draw a card now", "w"]
+    recorder = BatchRecorder()
+
+    vectors = recorder.embed_passages(texts, batch_size=2)
+
+    assert recorder.batches == [
+        ["x", "w"],
+        ["y z", "a b c d e f g"],
+        ["move two spaces", "draw a card now"],
+    ]
+    one_by_one = np.vstack([FakeEmbedder().embed_passages([text]) for text in texts])
+    assert np.allclose(vectors, one_by_one)
+
+
 class BrokenEmbedder(FakeEmbedder):
     def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         raise RuntimeError("the embedder died mid-build")
@@ -69,7 +94,8 @@ def test_adding_a_book_embeds_only_its_passages(settings: Settings, rulebook: Pa
     own = index.chunks_of("pebble-race")
     assert len(own) == 3
     # Each embedded text is its passage's, after a line of section headings.
-    assert [text.split("\n", 1)[1] for text in embedder.embedded] == [c.text for c in own]
+    embedded = sorted(text.split("\n", 1)[1] for text in embedder.embedded)
+    assert embedded == sorted(c.text for c in own)
     assert (index.manifest["embedded"], index.manifest["reused"]) == (3, len(built.chunks))
     # Every reused vector is still its own passage's: the same as a build from scratch.
     fresh = settings.model_copy(update={"home": settings.home.parent / "fresh"})
