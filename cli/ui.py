@@ -27,7 +27,11 @@ IndexProgress = Callable[[str, int, int], None]  # rag.pipeline.Progress: (stage
 Report = Callable[[str], None]  # rag.models.Progress: one message per step
 
 # The index build reports stages by short names; say what each one does.
-_STAGE_LABELS = {"chunk": "Reading rulebooks", "embed": "Embedding passages"}
+_STAGE_LABELS = {
+    "chunk": "Reading rulebooks",
+    "reuse": "Passages already embedded",
+    "embed": "Embedding new passages",
+}
 
 
 class Ui:
@@ -64,6 +68,9 @@ class Ui:
     def note(self, message: str) -> None:
         """A remark for the person, not for scripts: stderr."""
         self.err.print(Text(message, style="dim"))
+
+    def warning(self, message: str) -> None:
+        self.err.print(Text.assemble(("Warning: ", "bold yellow"), message))
 
     def error(self, message: str) -> None:
         self.err.print(Text.assemble(("Error: ", "bold red"), message))

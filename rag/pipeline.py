@@ -22,12 +22,24 @@ from rag.lang import detect_lang
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus, slugify, write_manifest
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
+from rag.reading.report import ingest_report, page_count
 from rag.searching.embedding import Embedder, embedder_for
 from rag.searching.index import IndexStore
 from rag.searching.reranking import Reranker, make_reranker
 from rag.searching.retrieval import Retriever
 from rag.settings import Settings, load_settings
-from rag.types import Answer, Check, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
+from rag.types import (
+    Answer,
+    Check,
+    Chunk,
+    GameInfo,
+    Hit,
+    IngestReport,
+    Lang,
+    StreamEvent,
+    Timings,
+    Turn,
+)
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -38,6 +50,14 @@ MAX_QUESTION_CHARS = 2000
 class GameSummary:
     game: GameInfo
     chunks: int
+
+
+@dataclass(frozen=True)
+class AddedBook:
+    """A rulebook `add_book` added, and what was read from it."""
+
+    game: GameInfo
+    report: IngestReport
 
 
 class Pipeline:
@@ -103,14 +123,19 @@ class Pipeline:
         return IndexStore(self.settings.index_dir)
 
     def ensure_index(self, *, rebuild: bool = False, progress: Progress | None = None) -> Retriever:
-        """Load the index, rebuilding it when the corpus or settings changed (or asked to)."""
+        """Load the index, rebuilding it when the corpus or settings changed (or asked to).
+
+        A rebuild reuses the stored vectors of unchanged passages; one asked for embeds all.
+        """
         with self._lock:
             if self._retriever is not None and not rebuild:
                 return self._retriever
             store = self.index_store()
             if rebuild or not store.is_current(self.corpus, self.settings, self.embedder.name):
                 chunks = self._chunk_corpus(progress)
-                index = store.build(self.corpus, self.settings, self.embedder, chunks, progress)
+                index = store.build(
+                    self.corpus, self.settings, self.embedder, chunks, progress, reuse=not rebuild
+                )
             else:
                 index = store.load()
             self._retriever = Retriever(index, self.embedder, self.settings.retrieval)
@@ -246,9 +271,9 @@ class Pipeline:
         title: str,
         aliases: Sequence[str] = (),
         progress: Progress | None = None,
-    ) -> GameInfo:
+    ) -> AddedBook:
         """Copy a user's rulebook (a file, or a folder of Markdown pages) into the corpus and
-        index it; nothing is left half-added."""
+        index it (embedding its passages alone); nothing is left half-added."""
         if not path.is_dir() and path.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise IngestError(
                 f"{path.name}: unsupported format; use one of {', '.join(SUPPORTED_SUFFIXES)}."
@@ -277,12 +302,13 @@ class Pipeline:
             )
             write_manifest(folder, info)
             self._reload()
-            self.ensure_index(progress=progress)
+            index = self.ensure_index(progress=progress).index
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             self._reload()
             raise
-        return info
+        report = ingest_report(document, index.chunks_of(slug), page_count(target))
+        return AddedBook(info, report)
 
     def remove_book(self, game: str) -> GameInfo:
         info = self.corpus.resolve(game)

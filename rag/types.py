@@ -1,6 +1,7 @@
 """Typed records passed between the pipeline's stages.
 
-corpus (GameInfo) -> ingest (Document) -> chunking (Chunk) -> retrieval (Hit)
+corpus (GameInfo) -> ingest (Document) -> chunking (Chunk; an added book's IngestReport)
+-> retrieval (Hit)
 -> answering: candidate sentences -> Quotes -> selection -> conclusion -> Checks
 -> Answer (with Citations).
 """
@@ -15,6 +16,8 @@ Lang = Literal["en", "zh"]
 LANGS: tuple[Lang, ...] = ("en", "zh")
 Precision = Literal["float32", "bfloat16", "int8"]  # an embedder's weights
 ChunkKind = Literal["section", "glossary"]
+# What can look wrong in an added rulebook's text (rag.reading.report says how it is judged).
+IngestProblem = Literal["little_text", "one_section", "symbols"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,25 @@ class Chunk:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Chunk:
         return cls(**{**data, "section": tuple(data["section"])})
+
+
+@dataclass(frozen=True)
+class IngestWarning:
+    problem: IngestProblem
+    message: str  # what looks wrong and what to do about it
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What was read from a rulebook, with warnings when the reading looks wrong."""
+
+    game: str  # slug
+    pages: int | None  # None for formats without pages
+    sections: int
+    passages: int
+    words: int
+    language: Lang
+    warnings: tuple[IngestWarning, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -249,14 +249,20 @@ def rulebook(tmp_path: Path) -> Path:
 
 
 def test_add_then_ask_then_remove(invoke: Invoke, rulebook: Path) -> None:
+    assert invoke("index").exit_code == 0  # the built-in books' vectors, for the add to reuse
     added = invoke("add", str(rulebook), "--title", "Pebble Race", "--alias", "PR")
     assert added.exit_code == 0, added.output
-    assert "Added Pebble Race as pebble-race" in added.stdout
+    assert added.stdout.startswith(
+        "Added Pebble Race as pebble-race: 3 sections, 3 passages, 39 words, English."
+    )
+    assert "Warning" not in added.stderr
+    assert "3 passages embedded, 260 reused" in added.stderr
     assert "pebble-race" in invoke("games").stdout
     asked = invoke("ask", "What happens to a pebble that misses?", "--game", "PR", "--json")
     assert json.loads(asked.stdout)["game"] == "pebble-race"
     removed = invoke("remove", "pebble race")
     assert removed.exit_code == 0 and "Removed Pebble Race" in removed.stdout
+    assert "0 passages embedded, 260 reused" in removed.stderr
     assert "pebble-race" not in invoke("games").stdout
 
 
@@ -270,6 +276,14 @@ def test_add_a_folder_of_markdown_pages(invoke: Invoke, tmp_path: Path) -> None:
     toc = invoke("show", "pebble-race").stdout
     assert "Setup" in toc and "Taking a Turn" in toc
     assert "Throw one pebble." in invoke("show", "pebble-race", "Taking a Turn").stdout
+
+
+def test_add_warns_when_a_rulebook_looks_wrongly_read(invoke: Invoke, tmp_path: Path) -> None:
+    path = tmp_path / "headless.txt"
+    path.write_text("Each player moves the pawn forward by the number rolled. " * 100)
+    added = invoke("add", str(path), "--title", "Headless")
+    assert added.exit_code == 0, added.output
+    assert "Warning: 100% of the text sits in one section" in added.stderr
 
 
 def test_add_and_remove_refuse_with_one_line(invoke: Invoke, rulebook: Path) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -16,6 +16,8 @@ from cli.toc import outline
 from cli.ui import Ui
 from rag.contents import Section, find_sections, table_of_contents
 from rag.errors import IngestError, InputError
+
+_LANGUAGES = {"en": "English", "zh": "Chinese"}
 
 
 def games(ctx: typer.Context) -> None:
@@ -102,9 +104,16 @@ def add(
     state = get_state(ctx)
     pipeline = state.pipeline
     with state.ui.index_progress() as progress:
-        info = pipeline.add_book(file, title, alias or (), progress=progress)
-    chunks = len(pipeline.chunks(info.slug))
-    state.ui.text(f"Added {info.title} as {info.slug} ({chunks} passages).")
+        added = pipeline.add_book(file, title, alias or (), progress=progress)
+    info, report = added.game, added.report
+    pages = f"{report.pages} pages, " if report.pages is not None else ""
+    state.ui.text(
+        f"Added {info.title} as {info.slug}: {pages}{report.sections} sections, "
+        f"{report.passages} passages, {report.words} words, {_LANGUAGES[report.language]}."
+    )
+    for warning in report.warnings:
+        state.ui.warning(warning.message)
+    _note_build(state.ui, pipeline.ensure_index().index.manifest)
     state.ui.note(f'Ask with: rules ask "..." --game {info.slug}')
 
 
@@ -115,14 +124,28 @@ def remove(
     """Remove a rulebook you added (the built-in ones stay)."""
     state = get_state(ctx)
     info = state.pipeline.remove_book(game)
-    state.indexed_pipeline()  # rebuild now, so the next question does not wait for it
+    # Rebuild now, so the next question does not wait for it (no passage is embedded).
+    manifest = state.indexed_pipeline().ensure_index().index.manifest
     state.ui.text(f"Removed {info.title} ({info.slug}).")
+    _note_build(state.ui, manifest)
+
+
+def _note_build(ui: Ui, manifest: dict[str, Any]) -> None:
+    ui.note(f"Index built in {manifest['build_seconds']} s: {_build_counts(manifest)}.")
+
+
+def _build_counts(manifest: dict[str, Any]) -> str:
+    return f"{manifest['embedded']} passages embedded, {manifest['reused']} reused"
 
 
 def index(
     ctx: typer.Context,
     rebuild: Annotated[
-        bool, typer.Option("--rebuild", help="Rebuild even if the index looks current.")
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Rebuild, embedding every passage anew, even if the index looks current.",
+        ),
     ] = False,
 ) -> None:
     """Build the search index if the rulebooks or the embedder changed (or if asked to)."""
@@ -134,5 +157,5 @@ def index(
         f"Index at {pipeline.settings.index_dir}: {manifest['chunks']} passages from "
         f"{len(manifest['games'])} games, embedder {manifest['embedding_model']}, "
         f"{manifest['index_type']} search, built {manifest['built_at']} "
-        f"in {manifest['build_seconds']} s."
+        f"in {manifest['build_seconds']} s ({_build_counts(manifest)})."
     )

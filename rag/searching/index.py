@@ -2,6 +2,9 @@
 
 The index is rebuilt only when the manifest no longer matches: another embedding model,
 another chunker version, or a changed corpus (hash of every manifest and rulebook file).
+A rebuild embeds only the passages the stored index lacks: a vector depends on nothing but
+the model and the text embedded, so every other vector is taken from the stored index
+(adding a rulebook embeds its passages alone; removing one embeds nothing).
 Exact inner-product search suits small corpora; past `hnsw_threshold` chunks an HNSW graph
 replaces it. Each game's chunks are stored contiguously, so a search is scoped to one game
 with an ID range instead of a post-filter that could starve the results.
@@ -30,7 +33,7 @@ from rag.types import Chunk
 
 Progress = Callable[[str, int, int], None]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest counts the passages embedded and reused
 
 
 def corpus_hash(corpus: Corpus) -> str:
@@ -153,20 +156,38 @@ class IndexStore:
         embedder: Embedder,
         chunks: list[Chunk],
         progress: Progress | None = None,
+        *,
+        reuse: bool = True,
     ) -> ChunkIndex:
+        """Index the chunks, reusing the stored index's vectors unless `reuse` is off."""
         faiss = _faiss()
         started = time.perf_counter()
-        vectors = embedder.embed_passages(
-            [_embedding_text(c) for c in chunks],
-            batch_size=settings.embedding.batch_size,
-            progress=(lambda done, total: progress("embed", done, total)) if progress else None,
+        stored = self.stored_vectors() if reuse else {}
+        keys = [vector_key(embedder.name, chunk) for chunk in chunks]
+        new = [i for i, key in enumerate(keys) if key not in stored]
+        if progress:
+            progress("reuse", len(chunks) - len(new), len(chunks))
+        if new:  # an empty call would still load the model, for its dimension
+            on_batch = (lambda done, total: progress("embed", done, total)) if progress else None
+            embedded = embedder.embed_passages(
+                [_embedding_text(chunks[i]) for i in new],
+                batch_size=settings.embedding.batch_size,
+                progress=on_batch,
+            )
+            stored = {**stored, **dict(zip((keys[i] for i in new), embedded, strict=True))}
+        vectors = (
+            np.stack([stored[key] for key in keys])
+            if chunks
+            else np.zeros((0, embedder.dimension), dtype=np.float32)
         )
         faiss_index, kind = build_faiss(vectors, settings.retrieval.hnsw_threshold)
         manifest = {
             **expected_manifest(corpus, settings, embedder.name),
-            "dimension": int(vectors.shape[1]) if len(vectors) else embedder.dimension,
+            "dimension": int(vectors.shape[1]),
             "index_type": kind,
             "chunks": len(chunks),
+            "embedded": len(new),
+            "reused": len(chunks) - len(new),
             "games": corpus.slugs,
             "build_seconds": round(time.perf_counter() - started, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -174,14 +195,16 @@ class IndexStore:
         # Write into a temporary folder and swap it in, so a crash never leaves half an index.
         self.folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".index-", dir=self.folder.parent))
-        with (tmp / "chunks.jsonl").open("w", encoding="utf-8") as out:
-            for chunk in chunks:
-                out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
-        faiss.write_index(faiss_index, str(tmp / "vectors.faiss"))
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        if self.folder.exists():
-            shutil.rmtree(self.folder)
-        tmp.rename(self.folder)
+        try:
+            with (tmp / "chunks.jsonl").open("w", encoding="utf-8") as out:
+                for chunk in chunks:
+                    out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
+            faiss.write_index(faiss_index, str(tmp / "vectors.faiss"))
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._swap_in(tmp)
         return ChunkIndex(chunks, faiss_index, manifest)
 
     def load(self) -> ChunkIndex:
@@ -205,6 +228,35 @@ class IndexStore:
                 f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
             )
         return ChunkIndex(chunks, faiss_index, manifest)
+
+    def stored_vectors(self) -> dict[str, np.ndarray]:
+        """The stored index's vectors by `vector_key`; none when there is no readable index."""
+        try:
+            index = self.load()
+        except IndexError_:
+            return {}
+        model = str(index.manifest["embedding_model"])
+        vectors = index.faiss_index.reconstruct_n(0, index.faiss_index.ntotal)
+        return {
+            vector_key(model, chunk): vector
+            for chunk, vector in zip(index.chunks, vectors, strict=True)
+        }
+
+    def _swap_in(self, built: Path) -> None:
+        """Make `built` the index folder. The old folder is renamed aside, not deleted in
+        place: an interruption cannot leave a partly deleted index that looks whole."""
+        retired = None
+        if self.folder.exists():
+            retired = Path(tempfile.mkdtemp(prefix=".index-old-", dir=self.folder.parent))
+            self.folder.rename(retired / self.folder.name)
+        built.rename(self.folder)
+        if retired:
+            shutil.rmtree(retired)
+
+
+def vector_key(embedder_name: str, chunk: Chunk) -> str:
+    """What a passage's vector depends on: the model and the text it embeds."""
+    return hashlib.sha256(f"{embedder_name}\n{_embedding_text(chunk)}".encode()).hexdigest()
 
 
 def _embedding_text(chunk: Chunk) -> str:
