@@ -286,6 +286,27 @@ def test_add_warns_when_a_rulebook_looks_wrongly_read(invoke: Invoke, tmp_path: 
     assert "Warning: 100% of the text sits in one section" in added.stderr
 
 
+def test_an_added_pdf_shows_its_pages(invoke: Invoke, tmp_path: Path) -> None:
+    canvas_module = pytest.importorskip("reportlab.pdfgen.canvas")
+    path = tmp_path / "pebble.pdf"
+    canvas = canvas_module.Canvas(str(path))
+    for heading, text in (("Setup", "Take five pebbles."), ("Winning", "Empty your hand.")):
+        canvas.setFont("Times-Bold", 18)
+        canvas.drawString(72, 750, heading)
+        canvas.setFont("Times-Roman", 11)
+        canvas.drawString(72, 720, text)
+        canvas.showPage()
+    canvas.save()
+    assert invoke("add", str(path), "--title", "Pebble Race").exit_code == 0
+    rows = [line.split("\t") for line in invoke("show", "pebble-race").stdout.splitlines()]
+    assert rows == [
+        ["#", "section", "page"],
+        ["1", "Pebble Race › Setup", "1"],
+        ["2", "Pebble Race › Winning", "2"],
+    ]
+    assert "(page 2)" in invoke("show", "pebble-race", "2").stdout
+
+
 def test_add_and_remove_refuse_with_one_line(invoke: Invoke, rulebook: Path) -> None:
     assert_user_error(invoke("add", "missing.pdf", "--title", "X"), "no such file")
     odd = rulebook.with_suffix(".xyz")

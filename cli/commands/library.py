@@ -58,20 +58,34 @@ def show(
     _print_section(state.ui, found[0])
 
 
+def _first_page(section: Section) -> str:
+    return str(section.pages[0]) if section.pages else ""
+
+
 def _print_toc(ui: Ui, title: str, sections: list[Section]) -> None:
-    """An indented outline in a terminal; number and full section path per line when piped."""
+    """An indented outline in a terminal; number, full section path and page per line when
+    piped. Books without pages (text, Markdown) show no page column."""
+    paged = any(s.pages for s in sections)
     if not ui.rich:
-        ui.table(("#", "section"), ((str(s.number), s.title) for s in sections))
+        header = ("#", "section", "page") if paged else ("#", "section")
+        rows = ((str(s.number), s.title, _first_page(s)) for s in sections)
+        ui.table(header, (row if paged else row[:2] for row in rows))
         return
+    by_number = {s.number: s for s in sections}
     grid = Table.grid(padding=(0, 1))
     grid.add_column(justify="right", style="cyan")
     grid.add_column()
+    if paged:
+        grid.add_column(justify="right", style="dim")
     for number, depth, label in outline(sections):
         indent = "  " * depth
+        cells: list[str | Text]
         if number is None:
-            grid.add_row("", Text(indent + label, style="bold"))
+            cells = ["", Text(indent + label, style="bold"), ""]
         else:
-            grid.add_row(str(number), Text(indent + label))
+            page = _first_page(by_number[number])
+            cells = [str(number), Text(indent + label), f"p. {page}" if page else ""]
+        grid.add_row(*(cells if paged else cells[:2]))
     ui.print(Text(title, style="bold underline"), grid)
 
 
