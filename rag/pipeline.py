@@ -10,7 +10,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rag.answering.answerer import Answerer, Question
@@ -27,17 +26,23 @@ from rag.searching.index import IndexStore
 from rag.searching.reranking import Reranker, make_reranker
 from rag.searching.retrieval import Retriever
 from rag.settings import Settings, load_settings
-from rag.types import Answer, Check, Chunk, GameInfo, Hit, Lang, StreamEvent, Timings, Turn
+from rag.types import (
+    Answer,
+    Check,
+    Chunk,
+    GameInfo,
+    GameSummary,
+    Hit,
+    Lang,
+    StreamEvent,
+    Timings,
+    Turn,
+    final_answer,
+)
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 MAX_QUESTION_CHARS = 2000
-
-
-@dataclass(frozen=True)
-class GameSummary:
-    game: GameInfo
-    chunks: int
 
 
 class Pipeline:
@@ -197,12 +202,7 @@ class Pipeline:
         k: int | None = None,
         history: Sequence[Turn] = (),
     ) -> Answer:
-        final: Answer | None = None
-        for event in self.ask_stream(question, game, k, history):
-            if event.kind == "answer":
-                final = event.answer
-        assert final is not None  # ask_stream always ends with the answer
-        return final
+        return final_answer(self.ask_stream(question, game, k, history))
 
     def ask_stream(
         self,
