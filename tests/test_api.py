@@ -185,7 +185,9 @@ def test_sections_in_reading_order_and_by_id(client: httpx.Client, pipeline: Pip
     sections = listing["sections"]
     assert [s["id"] for s in sections] == [c.id for c in pipeline.chunks("suros")]
     first = sections[0]
-    assert set(first) == {"id", "game", "section", "section_path", "page", "kind", "text"}
+    assert set(first) == {
+        "id", "game", "section", "section_path", "page", "kind", "text", "lang", "start", "end"
+    }  # fmt: skip
     one = client.get(f"/v1/games/suros/sections/{first['id']}")
     assert one.status_code == 200 and one.json() == first
 

@@ -33,6 +33,9 @@ def _section(chunk: Chunk) -> SectionOut:
         page=chunk.page,
         kind=chunk.kind,
         text=chunk.text,
+        lang=chunk.lang,
+        start=chunk.start,
+        end=chunk.end,
     )
 
 
