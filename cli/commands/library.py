@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.errors import ExitCode
+from cli.options import NoDaemonOption
 from cli.render import print_games
 from cli.state import get_state
 from cli.toc import Section, find_sections, outline, table_of_contents
@@ -17,10 +18,10 @@ from cli.ui import Ui
 from rag.errors import IngestError, InputError
 
 
-def games(ctx: typer.Context) -> None:
+def games(ctx: typer.Context, no_daemon: NoDaemonOption = False) -> None:
     """List the games with their aliases and how many passages each rulebook has."""
     state = get_state(ctx)
-    print_games(state.ui, state.indexed_pipeline().games())
+    print_games(state.ui, state.rules(here=no_daemon).games())
 
 
 def show(
@@ -33,12 +34,13 @@ def show(
             "(case-insensitive; 'Setup > Map' narrows by path)."
         ),
     ] = None,
+    no_daemon: NoDaemonOption = False,
 ) -> None:
     """Read a rulebook: its table of contents, or one section's text."""
     state = get_state(ctx)
-    pipeline = state.indexed_pipeline()
-    info = pipeline.corpus.resolve(game)
-    toc = table_of_contents(pipeline.chunks(info.slug))
+    rules = state.rules(here=no_daemon)
+    info = rules.corpus.resolve(game)
+    toc = table_of_contents(rules.chunks(info.slug))
     if section is None:
         _print_toc(state.ui, f"{info.title}: contents", toc)
         state.ui.note(f"Read a section with: rules show {info.slug} NUMBER")
@@ -96,6 +98,7 @@ def add(
     pipeline = state.pipeline
     with state.ui.index_progress() as progress:
         info = pipeline.add_book(file, title, alias or (), progress=progress)
+    state.stop_service()
     chunks = len(pipeline.chunks(info.slug))
     state.ui.text(f"Added {info.title} as {info.slug} ({chunks} passages).")
     state.ui.note(f'Ask with: rules ask "..." --game {info.slug}')
@@ -109,6 +112,7 @@ def remove(
     state = get_state(ctx)
     info = state.pipeline.remove_book(game)
     state.indexed_pipeline()  # rebuild now, so the next question does not wait for it
+    state.stop_service()
     state.ui.text(f"Removed {info.title} ({info.slug}).")
 
 
@@ -121,8 +125,11 @@ def index(
     """Build the search index if the rulebooks or the embedder changed (or if asked to)."""
     state = get_state(ctx)
     pipeline = state.pipeline
+    before = pipeline.index_store().read_manifest()
     with state.ui.index_progress() as progress:
         manifest = pipeline.ensure_index(rebuild=rebuild, progress=progress).index.manifest
+    if manifest != before:
+        state.stop_service()
     state.ui.text(
         f"Index at {pipeline.settings.index_dir}: {manifest['chunks']} passages from "
         f"{len(manifest['games'])} games, embedder {manifest['embedding_model']}, "
