@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from api.errors import CatchAll, install_error_handlers
+from api.local_state import rulekeeper_version
 from api.routes import ask, chat, games, health, widget
 from api.runtime import Runtime
 from api.security import ApiKeys, BodyLimit
+from rag.factory import make_pipeline
 from rag.pipeline import Pipeline
 from rag.settings import Settings, load_settings
 
@@ -36,13 +37,6 @@ publishable key from the pages it is bound to (their `Origin`), a secret key fro
 Errors are `{"error": {"type", "message"}}` (OpenAI's shape on the OpenAI routes); 429 and 503
 carry `Retry-After`.
 """
-
-
-def _version() -> str:
-    try:
-        return version("rulekeeper")
-    except PackageNotFoundError:
-        return "dev"
 
 
 def _document_no_auth(app: FastAPI) -> None:
@@ -70,7 +64,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime.build(configured, pipeline or Pipeline(configured))
+        runtime = Runtime.build(configured, pipeline or make_pipeline(configured))
         app.state.runtime = runtime
         warm_up = asyncio.create_task(runtime.warm_up())
         try:
@@ -83,7 +77,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         title="Rulekeeper",
         summary="Offline board-game rules assistant",
         description=DESCRIPTION,
-        version=_version(),
+        version=rulekeeper_version(),
         lifespan=lifespan,
     )
     install_error_handlers(app)

@@ -350,6 +350,12 @@ class SectionOut(BaseModel):
     chunk_ids: list[str] = Field(description="The passages it is made of, in reading order.")
     kind: Literal["section", "glossary"]
     text: str
+    lang: Literal["en", "zh"] = Field(description="The passage's language.")
+    start: int = Field(
+        description="Where the passage starts in the rulebook's text (characters): pieces of "
+        "a long section overlap, and these offsets tell a reader what to skip."
+    )
+    end: int = Field(description="Where it ends (exclusive).")
 
 
 class SectionList(BaseModel):

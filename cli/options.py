@@ -32,3 +32,12 @@ KOption = Annotated[
         help=f"{_K_FIELD.description} Default: the retrieval.k setting (see `rules config`).",
     ),
 ]
+
+NoDaemonOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-daemon",
+        help="Answer in this process, not through the warm local service "
+        "(setting service.enabled).",
+    ),
+]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.live import Live
@@ -12,10 +11,7 @@ from rich.text import Text
 
 from cli.ui import Ui
 from rag.prompting import shorten
-from rag.types import Answer, StreamEvent
-
-if TYPE_CHECKING:
-    from rag.pipeline import GameSummary
+from rag.types import Answer, GameSummary, StreamEvent, final_answer
 
 SNIPPET_CHARS = 240
 NEAREST_SHOWN = 3  # an abstention lists this many of the nearest passages
@@ -59,9 +55,7 @@ def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
             assert answer is not None  # ask_stream always ends with the answer
             live.update(_answer_text(answer.answer))
         return answer
-    for event in events:
-        answer = event.answer or answer
-    assert answer is not None
+    answer = final_answer(events)
     ui.text(answer.answer)
     return answer
 

@@ -1,13 +1,16 @@
-"""Per-process state: the pipeline (built once, lazily) and the output.
+"""Per-process state: the settings, the rules the commands ask (the warm local service, or
+the pipeline, built once, lazily) and the output.
 
-Tests inject their own pipeline: `runner.invoke(app, args, obj=CliState(lambda: pipeline))`.
+Tests inject their own pipeline: `runner.invoke(app, args, obj=CliState(lambda: pipeline))`;
+an injected pipeline is always asked in this process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, Protocol
 
 import typer
 
@@ -15,14 +18,38 @@ from cli.ui import Ui
 
 if TYPE_CHECKING:  # the pipeline pulls in numpy and FAISS: `rules --help` should not wait
     from rag.pipeline import Pipeline
+    from rag.reading.corpus import Corpus
+    from rag.settings import Settings
+    from rag.types import Chunk, GameSummary, StreamEvent, Turn
+
+
+class Rules(Protocol):
+    """What the commands ask: a Pipeline here, or the local service (cli.service_client)."""
+
+    settings: Settings
+
+    @property
+    def corpus(self) -> Corpus: ...
+
+    def games(self) -> list[GameSummary]: ...
+
+    def chunks(self, game: str) -> list[Chunk]: ...
+
+    def ask_stream(
+        self,
+        question: str,
+        game: str | None = None,
+        k: int | None = None,
+        history: Sequence[Turn] = (),
+    ) -> Iterator[StreamEvent]: ...
 
 
 def build_pipeline() -> Pipeline:
     """The pipeline from defaults, the config file and RULEKEEPER_* variables."""
-    from rag.pipeline import Pipeline
+    from rag.factory import make_pipeline
     from rag.settings import load_settings
 
-    return Pipeline(load_settings())
+    return make_pipeline(load_settings())
 
 
 @dataclass
@@ -37,11 +64,45 @@ class CliState:
             self._pipeline = self.pipeline_factory()
         return self._pipeline
 
+    @cached_property
+    def settings(self) -> Settings:
+        if self.pipeline_factory is not build_pipeline:
+            return self.pipeline.settings
+        from rag.settings import load_settings
+
+        return load_settings()
+
     def indexed_pipeline(self) -> Pipeline:
         """The pipeline with its index loaded, with progress bars if it must be built first."""
         with self.ui.index_progress() as progress:
             self.pipeline.ensure_index(progress=progress)
         return self.pipeline
+
+    def rules(self, *, here: bool = False, start: bool = False) -> Rules:
+        """The running local service (or, with `start`, a newly started one), unless `here`
+        or the service setting says otherwise; else the pipeline in this process."""
+        if here or not self.settings.service.enabled or self.pipeline_factory is not build_pipeline:
+            return self.indexed_pipeline()
+        from cli.local_service import LocalService
+        from cli.service_client import ServiceClient
+
+        state = LocalService(self.settings).connect(self.ui, start=start)
+        if state is None:
+            return self.indexed_pipeline()
+        return ServiceClient(state, self.settings, self.ui, self.indexed_pipeline)
+
+    def stop_service(self) -> None:
+        """After the rulebooks or the index changed: a running service holds the old ones,
+        so it stops, and the next question starts it again."""
+        if self.pipeline_factory is not build_pipeline:
+            return
+        from cli.local_service import LocalService
+
+        service = LocalService(self.settings)
+        running = service.running()
+        if running is not None:
+            service.stop(running)
+            self.ui.note("Stopped the Rulekeeper service: it held the rulebooks as they were.")
 
 
 def get_state(ctx: typer.Context) -> CliState:

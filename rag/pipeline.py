@@ -33,23 +33,19 @@ from rag.types import (
     Check,
     Chunk,
     GameInfo,
+    GameSummary,
     Hit,
     IngestReport,
     Lang,
     StreamEvent,
     Timings,
     Turn,
+    final_answer,
 )
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 MAX_QUESTION_CHARS = 2000
-
-
-@dataclass(frozen=True)
-class GameSummary:
-    game: GameInfo
-    chunks: int
 
 
 @dataclass(frozen=True)
@@ -222,12 +218,7 @@ class Pipeline:
         k: int | None = None,
         history: Sequence[Turn] = (),
     ) -> Answer:
-        final: Answer | None = None
-        for event in self.ask_stream(question, game, k, history):
-            if event.kind == "answer":
-                final = event.answer
-        assert final is not None  # ask_stream always ends with the answer
-        return final
+        return final_answer(self.ask_stream(question, game, k, history))
 
     def ask_stream(
         self,

@@ -169,6 +169,27 @@ class ApiSettings(BaseModel):
     )
 
 
+class ServiceSettings(BaseModel):
+    enabled: bool = Field(
+        True,
+        description="`rules ask` answers through a warm local service (started in the "
+        "background when none runs); `chat`, `games` and `show` use it when it runs. false: "
+        "answer in this process, as `--no-daemon` does.",
+    )
+    idle_timeout_s: float = Field(
+        1800.0, gt=0, description="The local service stops after this long without a request."
+    )
+    connect_timeout_s: float = Field(
+        2.0, gt=0, description="Longest wait for the local service to accept a connection."
+    )
+    start_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Longest wait for a starting local service to load its index (a first "
+        "index build included); then the answer comes from this process.",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RULEKEEPER_", env_nested_delimiter="__", extra="ignore"
@@ -181,6 +202,12 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = RetrievalSettings()
     generation: GenerationSettings = GenerationSettings()
     api: ApiSettings = ApiSettings()
+    service: ServiceSettings = ServiceSettings()
+    pipeline_factory: str | None = Field(
+        None,
+        description="module:function building the pipeline from the settings (tests use it "
+        "to run fake models in a service process); unset: the standard pipeline.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -8,7 +8,8 @@ corpus (GameInfo) -> ingest (Document) -> chunking (Chunk; an added book's Inges
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +36,14 @@ class GameInfo:
     def names(self) -> tuple[str, ...]:
         """Every name a player may use for the game: title, slug and aliases."""
         return (self.title, self.slug, *self.aliases)
+
+
+@dataclass(frozen=True)
+class GameSummary:
+    """A game as `rules games` lists it: its rulebook and how many passages it has."""
+
+    game: GameInfo
+    chunks: int
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,43 @@ class Answer:
             "checks": [asdict(c) for c in self.checks],
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Answer:
+        """The answer `to_json()` printed (e.g. received from the API), so that it can be
+        shown and printed again the same way. A passage's language and offsets are not in
+        the contract: its chunk gets the answer's language and offsets spanning its text."""
+        passages = [
+            Hit(
+                Chunk(
+                    id=p["chunk_id"],
+                    game=p["game"],
+                    section=tuple(p["section"].split(" › ")),
+                    text=p["text"],
+                    lang=data["lang"],
+                    start=0,
+                    end=len(p["text"]),
+                ),
+                score=p["score"],
+                rank=p["rank"],
+            )
+            for p in data["passages"]
+        ]
+        return cls(
+            question=data["question"],
+            game=data["game"],
+            lang=data["lang"],
+            answer=data["answer"],
+            abstained=data["abstained"],
+            citations=[Citation(**c) for c in data["citations"]],
+            passages=passages,
+            # The API's timings add queue and load time, which the CLI's contract has not.
+            timings=Timings(**{f.name: data["timings"][f.name] for f in fields(Timings)}),
+            backend=data["backend"],
+            conclusion=data["conclusion"],
+            quotes=[Quote(**q) for q in data["quotes"]],
+            checks=[Check(**c) for c in data["checks"]],
+        )
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -241,3 +287,13 @@ class StreamEvent:
     text: str = ""
     answer: Answer | None = None
     quotes: tuple[Quote, ...] = ()
+
+
+def final_answer(events: Iterable[StreamEvent]) -> Answer:
+    """The Answer an event stream ends with (the events before it are only its preview)."""
+    final: Answer | None = None
+    for event in events:
+        final = event.answer or final
+    if final is None:
+        raise RuntimeError("the answer's event stream ended without the answer")
+    return final

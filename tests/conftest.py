@@ -120,6 +120,12 @@ class ScriptedGenerator(Generator):
             yield word if i == len(words) - 1 else word + " "
 
 
+def fake_pipeline(settings: Settings) -> Pipeline:
+    """What a `rules` process, or the local service it starts, builds under the setting
+    pipeline_factory = "conftest:fake_pipeline" (tests/ on PYTHONPATH): no model loads."""
+    return Pipeline(settings, embedder=FakeEmbedder(), generator=ScriptedGenerator())
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"

@@ -188,7 +188,7 @@ def test_sections_in_reading_order_and_by_id(client: httpx.Client, pipeline: Pip
     first = sections[0]
     assert set(first) == {
         "id", "number", "game", "section", "section_path", "page", "pages", "chunk_ids",
-        "kind", "text",
+        "kind", "text", "lang", "start", "end",
     }  # fmt: skip
     one = client.get(f"/v1/games/suros/sections/{first['id']}")
     assert one.status_code == 200 and one.json() == first

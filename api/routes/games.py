@@ -42,6 +42,9 @@ def _passage(chunk: Chunk, number: int) -> SectionOut:
         chunk_ids=[chunk.id],
         kind=chunk.kind,
         text=chunk.text,
+        lang=chunk.lang,
+        start=chunk.start,
+        end=chunk.end,
     )
 
 
@@ -60,6 +63,9 @@ def _whole(section: Section) -> SectionOut:
         chunk_ids=[c.id for c in section.chunks],
         kind=first.kind,
         text=section.text,
+        lang=first.lang,
+        start=first.start,
+        end=section.chunks[-1].end,
     )
 
 

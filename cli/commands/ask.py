@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from cli.errors import ExitCode
-from cli.options import GameOption, KOption
+from cli.options import GameOption, KOption, NoDaemonOption
 from cli.render import print_sources, stream_answer
 from cli.state import get_state
+from rag.types import final_answer
 
 
 def ask(
@@ -39,20 +40,21 @@ def ask(
             "the question.",
         ),
     ] = False,
+    no_daemon: NoDaemonOption = False,
 ) -> None:
     """Answer a rules question from the rulebook, citing the passages it used.
 
     The answer streams as it is written; the cited passages, with their section paths,
-    follow. Example: rules ask "Can I move diagonally?" --game suros
+    follow. A warm local service answers (started in the background on first use; see
+    `rules service`). Example: rules ask "Can I move diagonally?" --game suros
     """
     state = get_state(ctx)
-    pipeline = state.indexed_pipeline()
-    text = " ".join(question)
+    events = state.rules(here=no_daemon, start=True).ask_stream(" ".join(question), game, k)
     if as_json:
-        answer = pipeline.ask(text, game, k)
+        answer = final_answer(events)
         typer.echo(json.dumps(answer.to_json(), ensure_ascii=False))
     else:
-        answer = stream_answer(state.ui, pipeline.ask_stream(text, game, k))
+        answer = stream_answer(state.ui, events)
         print_sources(state.ui, answer)
     if answer.abstained and fail_on_abstain:
         raise typer.Exit(ExitCode.ABSTAINED)

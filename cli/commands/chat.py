@@ -5,20 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.text import Text
 
-from cli.options import GameOption, KOption
+from cli.options import GameOption, KOption, NoDaemonOption
 from cli.render import print_games, print_sources, stream_answer
-from cli.state import get_state
+from cli.state import Rules, get_state
 from cli.ui import Ui
 from rag.errors import GameNotFoundError, RulekeeperError
 from rag.types import Answer, GameInfo, StreamEvent, Turn
-
-if TYPE_CHECKING:
-    from rag.pipeline import Pipeline
 
 HISTORY_FILE = "chat_history"  # under settings.home
 HISTORY_LINES = 1000
@@ -35,10 +31,10 @@ Ask a question about a game's rules; follow-ups ("and if I'm starving?") keep th
 class ChatSession:
     """The conversation's current game and its turns so far (all about that game)."""
 
-    def __init__(self, pipeline: Pipeline, game: str | None = None, k: int | None = None):
-        self.pipeline = pipeline
+    def __init__(self, rules: Rules, game: str | None = None, k: int | None = None):
+        self.rules = rules
         self.k = k
-        self.game: GameInfo | None = pipeline.corpus.resolve(game) if game else None
+        self.game: GameInfo | None = rules.corpus.resolve(game) if game else None
         self.history: list[Turn] = []
 
     @property
@@ -46,7 +42,7 @@ class ChatSession:
         return f"{self.game.slug if self.game else 'rules'}> "
 
     def switch(self, name: str) -> GameInfo:
-        self.game = self.pipeline.corpus.resolve(name)
+        self.game = self.rules.corpus.resolve(name)
         self.history.clear()
         return self.game
 
@@ -56,21 +52,28 @@ class ChatSession:
         Unlike `rules ask --game`, the current game is not a pin: naming another game moves
         the conversation there, and turns about the old game stop steering the new one.
         """
-        game = self.pipeline.corpus.detect(question) or self.game
-        if game is None:  # no game yet: the only one, else the user must say which
-            try:
-                game = self.pipeline.resolve_game(None, question)
-            except GameNotFoundError as exc:
-                raise GameNotFoundError(
-                    "Which game? Name it in the question or choose one with /game NAME.",
-                    exc.choices,
-                ) from exc
+        game = self.rules.corpus.detect(question) or self.game
         if game != self.game:
             self.history.clear()
         self.game = game
-        return self.pipeline.ask_stream(question, game.slug, self.k, self.history)
+        return self._answer(question, game)
+
+    def _answer(self, question: str, game: GameInfo | None) -> Iterator[StreamEvent]:
+        # No game yet: the pipeline takes the only one, or the one clearly closest to the
+        # question; else the user must say which.
+        try:
+            yield from self.rules.ask_stream(
+                question, game.slug if game else None, self.k, self.history
+            )
+        except GameNotFoundError as exc:
+            raise GameNotFoundError(
+                "Which game? Name it in the question or choose one with /game NAME.",
+                exc.choices,
+            ) from exc
 
     def record(self, answer: Answer) -> None:
+        if self.game is None and answer.game:
+            self.game = self.rules.corpus.resolve(answer.game)
         self.history.append(Turn(answer.question, answer.answer, answer.game))
 
 
@@ -105,7 +108,7 @@ def run_command(session: ChatSession, ui: Ui, line: str) -> bool:
         case "/help":
             ui.text(HELP)
         case "/games":
-            print_games(ui, session.pipeline.games())
+            print_games(ui, session.rules.games())
         case "/game" if argument:
             info = session.switch(argument)
             ui.text(f"Now answering about {info.title} ({info.slug}).")
@@ -143,14 +146,19 @@ def run_chat(session: ChatSession, ui: Ui, read_line: Callable[[str], str] = inp
             ui.error(str(exc))
 
 
-def chat(ctx: typer.Context, game: GameOption = None, k: KOption = None) -> None:
+def chat(
+    ctx: typer.Context,
+    game: GameOption = None,
+    k: KOption = None,
+    no_daemon: NoDaemonOption = False,
+) -> None:
     """Talk about the rules: follow-up questions keep the game and topic.
 
     Commands inside: /game NAME, /games, /help, /quit. Ctrl-C stops the current answer;
-    Ctrl-D leaves.
+    Ctrl-D leaves. Answers come from the local service when it runs (see `rules service`).
     """
     state = get_state(ctx)
-    pipeline = state.indexed_pipeline()
-    session = ChatSession(pipeline, game, k)
-    with line_history(pipeline.settings.home / HISTORY_FILE, state.ui):
+    rules = state.rules(here=no_daemon)
+    session = ChatSession(rules, game, k)
+    with line_history(rules.settings.home / HISTORY_FILE, state.ui):
         run_chat(session, state.ui)

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.errors import ExitCode
+from cli.options import NoDaemonOption
 from cli.render import print_games
 from cli.state import get_state
 from cli.toc import outline
@@ -20,10 +21,10 @@ from rag.errors import IngestError, InputError
 _LANGUAGES = {"en": "English", "zh": "Chinese"}
 
 
-def games(ctx: typer.Context) -> None:
+def games(ctx: typer.Context, no_daemon: NoDaemonOption = False) -> None:
     """List the games with their aliases and how many passages each rulebook has."""
     state = get_state(ctx)
-    print_games(state.ui, state.indexed_pipeline().games())
+    print_games(state.ui, state.rules(here=no_daemon).games())
 
 
 def show(
@@ -36,12 +37,13 @@ def show(
             "(case-insensitive; 'Setup > Map' narrows by path)."
         ),
     ] = None,
+    no_daemon: NoDaemonOption = False,
 ) -> None:
     """Read a rulebook: its table of contents, or one section's text."""
     state = get_state(ctx)
-    pipeline = state.indexed_pipeline()
-    info = pipeline.corpus.resolve(game)
-    toc = table_of_contents(pipeline.chunks(info.slug))
+    rules = state.rules(here=no_daemon)
+    info = rules.corpus.resolve(game)
+    toc = table_of_contents(rules.chunks(info.slug))
     if section is None:
         _print_toc(state.ui, f"{info.title}: contents", toc)
         state.ui.note(f"Read a section with: rules show {info.slug} NUMBER")
@@ -119,6 +121,7 @@ def add(
     pipeline = state.pipeline
     with state.ui.index_progress() as progress:
         added = pipeline.add_book(file, title, alias or (), progress=progress)
+    state.stop_service()
     info, report = added.game, added.report
     pages = f"{report.pages} pages, " if report.pages is not None else ""
     state.ui.text(
@@ -140,6 +143,7 @@ def remove(
     info = state.pipeline.remove_book(game)
     # Rebuild now, so the next question does not wait for it (no passage is embedded).
     manifest = state.indexed_pipeline().ensure_index().index.manifest
+    state.stop_service()
     state.ui.text(f"Removed {info.title} ({info.slug}).")
     _note_build(state.ui, manifest)
 
@@ -165,8 +169,11 @@ def index(
     """Build the search index if the rulebooks or the embedder changed (or if asked to)."""
     state = get_state(ctx)
     pipeline = state.pipeline
+    before = pipeline.index_store().read_manifest()
     with state.ui.index_progress() as progress:
         manifest = pipeline.ensure_index(rebuild=rebuild, progress=progress).index.manifest
+    if manifest != before:
+        state.stop_service()
     state.ui.text(
         f"Index at {pipeline.settings.index_dir}: {manifest['chunks']} passages from "
         f"{len(manifest['games'])} games, embedder {manifest['embedding_model']}, "
