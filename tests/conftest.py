@@ -25,7 +25,7 @@ from rag.lang import tokenize
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.searching.embedding import Embedder
-from rag.settings import BUILTIN_CORPUS, Settings, default_home
+from rag.settings import BUILTIN_CORPUS, GenerationSettings, Settings, default_home
 from rag.types import Chunk, Hit
 
 # Where scripts/setup.sh put the real models, read before any test moves RULEKEEPER_HOME.
@@ -120,10 +120,17 @@ class ScriptedGenerator(Generator):
             yield word if i == len(words) - 1 else word + " "
 
 
+def on_fake_scale(settings: Settings) -> Settings:
+    """The settings with the closeness gate off: the fake embedder's bag-of-words cosines
+    are not on the real embedder's scale (tests of the gate set it)."""
+    generation = settings.generation.model_copy(update={"min_sentence_score": 0})
+    return settings.model_copy(update={"generation": generation})
+
+
 def fake_pipeline(settings: Settings) -> Pipeline:
     """What a `rules` process, or the local service it starts, builds under the setting
     pipeline_factory = "conftest:fake_pipeline" (tests/ on PYTHONPATH): no model loads."""
-    return Pipeline(settings, embedder=FakeEmbedder(), generator=ScriptedGenerator())
+    return Pipeline(on_fake_scale(settings), embedder=FakeEmbedder(), generator=ScriptedGenerator())
 
 
 @pytest.fixture
@@ -139,13 +146,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def settings(home: Path) -> Settings:
-    return Settings(home=home, corpus_dir=BUILTIN_CORPUS)
+    return on_fake_scale(Settings(home=home, corpus_dir=BUILTIN_CORPUS))
 
 
 @pytest.fixture
 def real_settings(settings: Settings) -> Settings:
     """Test settings (state in tmp_path) that find the real, installed models."""
-    return settings.model_copy(update={"models_dir": REAL_MODELS_DIR})
+    return settings.model_copy(
+        update={"models_dir": REAL_MODELS_DIR, "generation": GenerationSettings()}
+    )
 
 
 @pytest.fixture

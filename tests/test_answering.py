@@ -273,6 +273,23 @@ def test_selecting_no_sentence_abstains(settings: Settings) -> None:
     assert [p.task for p in generator.prompts] == ["select"]  # nothing more was written
 
 
+def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Settings) -> None:
+    generator = ScriptedGenerator(selections=['{"ids": [1]}'])
+    strict = settings.model_copy(
+        update={"generation": settings.generation.model_copy(update={"min_sentence_score": 0.99})}
+    )
+    events = list(
+        scripted_pipeline_with(strict, generator).ask_stream(
+            "What is the hand limit?", "Maximum Apocalypse"
+        )
+    )
+    assert [e.kind for e in events] == ["answer"]  # no rule text is offered as an answer
+    answer = events[0].answer
+    assert answer is not None and answer.abstained and answer.passages
+    assert [(c.name, c.passed) for c in answer.checks] == [("closeness", False)]
+    assert generator.prompts == []  # the model was not asked
+
+
 def test_the_llm_selection_chooses_the_quotes(settings: Settings) -> None:
     generator = ScriptedGenerator(selections=['{"ids": [3]}'])
     pipeline = scripted_pipeline_with(settings, generator)

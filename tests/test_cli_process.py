@@ -85,14 +85,14 @@ def test_ask_json_with_a_real_embedder(tmp_path: Path) -> None:
 _CHAT_DRIVER = """
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
-from conftest import FakeEmbedder
+from conftest import FakeEmbedder, on_fake_scale
 from cli.main import app
 from cli.state import CliState
 from rag.generation import ExtractiveGenerator
 from rag.pipeline import Pipeline
 from rag.settings import load_settings
 
-state = CliState(lambda: Pipeline(load_settings(), embedder=FakeEmbedder(),
+state = CliState(lambda: Pipeline(on_fake_scale(load_settings()), embedder=FakeEmbedder(),
                                   generator=ExtractiveGenerator()))
 app(["chat", *sys.argv[1:]], obj=state, prog_name="rules")
 """

@@ -1,9 +1,10 @@
 """The answering stages in the order a question flows through them.
 
-passages -> candidates (the sentences closest to the question) -> quotes (verbatim, shown
-at once) -> selection (the LLM names the sentences that answer; none: the rulebook is
-silent) -> translation (for a question in another language) -> conclusion (the LLM answers
-from the selected quotes alone) -> checks -> assembly.
+passages -> candidates (the sentences closest to the question; none close enough: the
+rulebook is silent) -> quotes (verbatim, shown at once) -> selection (the LLM names the
+sentences that answer; none: the rulebook is silent) -> translation (for a question in
+another language) -> conclusion (the LLM answers from the selected quotes alone) -> checks
+-> assembly.
 With the extractive backend no model runs: the quotes are the answer.
 """
 
@@ -57,6 +58,15 @@ class Answerer:
         `timings.generate_s` is the time spent on the model)."""
         started = time.perf_counter()
         ranked = self.candidates.choose(question.in_context, hits[: self.settings.passages])
+        if ranked and ranked[0].score < self.settings.min_sentence_score:
+            far = Check(
+                "closeness",
+                False,
+                f"the closest sentence scores {ranked[0].score:.2f}, under "
+                f"{self.settings.min_sentence_score:.2f}: no sentence answers the question",
+            )
+            yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
+            return
         closest, quote_check = make_quotes(ranked[: self.settings.quotes])
         if not closest:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
