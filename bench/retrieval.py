@@ -1,12 +1,15 @@
 """Retrieval benchmark: BM25, dense, hybrid (and hybrid+rerank) side by side on a gold set.
 
-Reports hit@1, hit@5 and MRR per mode and language, the median and p95 retrieval latency
-per mode (models loaded, index warm), the index build time and the peak memory.
+Reports hit@1, hit@5 and MRR per gold set, mode and language, the median and p95 retrieval
+latency per mode (models loaded, index warm), the index build time and the peak memory.
 
-    python bench/retrieval.py [--gold eval/gold/gold.jsonl] [--rerank] [--limit N] [--json]
+    python bench/retrieval.py [--gold FILE ...] [--book PDF=TITLE ...] [--rerank] [--limit N]
+                              [--json]
 
 The index is built afresh into a temporary HOME so the build time is real; the models
-come from the usual models folder.
+come from the usual models folder. Books given with --book are added there first with
+`rules add`'s code; by default the real publishers' rulebooks in ../shared/real-rulebooks,
+when present, with their gold set reported apart from the built-in books'.
 """
 
 from __future__ import annotations
@@ -20,14 +23,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval import DEFAULT_GOLD
+from eval import DEFAULT_GOLD, GOLD_DIR
 from eval.runner import GoldItem, load_gold
 from rag.metrics import first_hit_rank, hit_at, mean, percentile, reciprocal_rank, share
 from rag.pipeline import Pipeline
+from rag.reading.corpus import Corpus
 from rag.searching.retrieval import Mode, Retriever
 from rag.settings import load_settings
 
 MODES: tuple[Mode, ...] = ("bm25", "dense", "hybrid")
+REAL_RULEBOOKS = Path(__file__).resolve().parents[2] / "shared" / "real-rulebooks"
+REAL_BOOKS = {"time-bomb.pdf": "Time Bomb", "bangkok.pdf": "Bangkok"}
+REAL_GOLD = GOLD_DIR / "real-rulebooks.jsonl"
 
 
 def _peak_rss_mb() -> float:
@@ -50,9 +57,10 @@ def _run_mode(
     reranker = pipeline.reranker if mode == "hybrid+rerank" else None
     search_mode: Mode = "hybrid" if mode == "hybrid+rerank" else mode  # type: ignore[assignment]
     for item in items:
-        slug = pipeline.resolve_game(item.game, item.question).slug
+        game = pipeline.resolve_game(item.game, item.question)
+        query = Corpus.without_names(item.question, game)  # as Pipeline.retrieve searches
         started = time.perf_counter()
-        hits = retriever.search(item.question, slug, 5, mode=search_mode, reranker=reranker)
+        hits = retriever.search(query, game.slug, 5, mode=search_mode, reranker=reranker)
         latencies.append(time.perf_counter() - started)
         ranks[item.lang].append(first_hit_rank([h.chunk.text for h in hits], item.evidence))
     return {
@@ -66,8 +74,10 @@ def _run_mode(
     }
 
 
-def run(gold: Path, *, rerank: bool, limit: int | None) -> dict[str, Any]:
-    items = [i for i in load_gold(gold) if i.answerable][:limit]
+def run(
+    golds: list[Path], books: dict[Path, str], *, rerank: bool, limit: int | None
+) -> dict[str, Any]:
+    gold_items = {gold: [i for i in load_gold(gold) if i.answerable][:limit] for gold in golds}
     with tempfile.TemporaryDirectory() as home:
         base = load_settings()
         settings = base.model_copy(
@@ -81,22 +91,32 @@ def run(gold: Path, *, rerank: bool, limit: int | None) -> dict[str, Any]:
         started = time.perf_counter()
         retriever = pipeline.ensure_index(rebuild=True)
         build_s = time.perf_counter() - started
+        add_s = {}
+        for path, title in books.items():
+            started = time.perf_counter()
+            pipeline.add_book(path, title)
+            add_s[title] = round(time.perf_counter() - started, 2)
+        retriever = pipeline.ensure_index()
         # Load lazily held parts before timing: every game's BM25 table, jieba's dictionary
         # (a mixed query tokenizes Chinese), the embedder.
         for slug in pipeline.corpus.slugs:
             retriever.lexical("warm up 预热", slug, 1)
         retriever.dense("warm up", pipeline.corpus.slugs[0], 1)
         modes = [*MODES, "hybrid+rerank"] if rerank else list(MODES)
-        results = {mode: _run_mode(pipeline, retriever, items, mode) for mode in modes}
         return {
-            "gold": str(gold),
-            "items": len(items),
+            "golds": {
+                str(gold): {
+                    "items": len(items),
+                    "modes": {m: _run_mode(pipeline, retriever, items, m) for m in modes},
+                }
+                for gold, items in gold_items.items()
+            },
             "embedding_model": pipeline.embedder.name,
             "chunks": len(retriever.index.chunks),
             "index_type": retriever.index.manifest.get("index_type"),
             "index_build_s": round(build_s, 2),
+            "add_s": add_s,
             "peak_rss_mb": round(_peak_rss_mb(), 1),
-            "modes": results,
         }
 
 
@@ -105,33 +125,52 @@ def _fmt(value: float | None) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
+    added = ", ".join(f"{title} {seconds} s" for title, seconds in report["add_s"].items())
     lines = [
-        f"gold {report['gold']}: {report['items']} answerable items; "
         f"embedder {report['embedding_model']}; {report['chunks']} chunks "
-        f"({report['index_type']}); index build {report['index_build_s']} s; "
-        f"peak RSS {report['peak_rss_mb']} MB",
-        "",
-        f"{'mode':<15}{'lang':<5}{'hit@1':>8}{'hit@5':>8}{'MRR':>8}{'p50 ms':>9}{'p95 ms':>9}",
+        f"({report['index_type']}); index build {report['index_build_s']} s"
+        + (f"; added {added}" if added else "")
+        + f"; peak RSS {report['peak_rss_mb']} MB",
     ]
-    for mode, result in report["modes"].items():
-        for lang in ("all", "en", "zh"):
-            s = result[lang]
-            latency = result["latency_ms"] if lang == "all" else {"p50": "", "p95": ""}
-            lines.append(
-                f"{mode:<15}{lang:<5}{_fmt(s['hit@1']):>8}{_fmt(s['hit@5']):>8}"
-                f"{_fmt(s['mrr']):>8}{latency['p50']!s:>9}{latency['p95']!s:>9}"
-            )
+    for gold, result in report["golds"].items():
+        lines += [
+            "",
+            f"gold {gold}: {result['items']} answerable items",
+            f"{'mode':<15}{'lang':<5}{'hit@1':>8}{'hit@5':>8}{'MRR':>8}{'p50 ms':>9}{'p95 ms':>9}",
+        ]
+        for mode, scores in result["modes"].items():
+            for lang in ("all", "en", "zh"):
+                s = scores[lang]
+                latency = scores["latency_ms"] if lang == "all" else {"p50": "", "p95": ""}
+                lines.append(
+                    f"{mode:<15}{lang:<5}{_fmt(s['hit@1']):>8}{_fmt(s['hit@5']):>8}"
+                    f"{_fmt(s['mrr']):>8}{latency['p50']!s:>9}{latency['p95']!s:>9}"
+                )
     return "\n".join(lines)
+
+
+def _book(value: str) -> tuple[Path, str]:
+    path, sep, title = value.partition("=")
+    if not sep or not title:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a book as FILE=TITLE")
+    return Path(path), title
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--gold", type=Path, default=DEFAULT_GOLD)
+    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
+    parser.add_argument("--book", type=_book, action="append", help="FILE=TITLE to add first.")
     parser.add_argument("--rerank", action="store_true", help="Also run hybrid + LLM rerank.")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N items.")
     parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
     args = parser.parse_args()
-    report = run(args.gold, rerank=args.rerank, limit=args.limit)
+    real = {REAL_RULEBOOKS / name: title for name, title in REAL_BOOKS.items()}
+    if args.book is not None:
+        books = dict(args.book)
+    else:
+        books = real if all(path.exists() for path in real) else {}
+    golds = args.gold or [DEFAULT_GOLD, *([REAL_GOLD] if books == real else [])]
+    report = run(golds, books, rerank=args.rerank, limit=args.limit)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
 

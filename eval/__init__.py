@@ -7,5 +7,6 @@ Only paths live here: the CLI imports this package to register `rules eval`, and
 from pathlib import Path
 
 EVAL_DIR = Path(__file__).resolve().parent
-DEFAULT_GOLD = EVAL_DIR / "gold" / "gold.jsonl"
+GOLD_DIR = EVAL_DIR / "gold"
+DEFAULT_GOLD = GOLD_DIR / "gold.jsonl"
 DEFAULT_CONFIGS = EVAL_DIR / "configs" / "compare.toml"

@@ -205,7 +205,7 @@ class Pipeline:
     ) -> tuple[GameInfo, list[Hit]]:
         question = _check_question(question)
         info = self.resolve_game(game, question, history)
-        query = _with_context(question, history)
+        query = Corpus.without_names(_with_context(question, history), info)
         hits = self.ensure_index().search(
             query, info.slug, k or self.settings.retrieval.k, reranker=self.reranker
         )

@@ -119,6 +119,15 @@ class Corpus:
             raise GameNotFoundError(f"{name!r} could mean several games ({names}).", self.slugs)
         raise GameNotFoundError(f"Unknown game {name!r}.", self.slugs)
 
+    @staticmethod
+    def without_names(question: str, game: GameInfo) -> str:
+        """The question with the game's names taken out: inside its own rulebook a name says
+        nothing, yet it pulls the search towards passages that happen to mention it."""
+        names = sorted((n for n in game.names() if len(n) >= 3), key=len, reverse=True)
+        pattern = "|".join(re.escape(n) for n in names)
+        stripped = " ".join(re.sub(pattern, " ", question, flags=re.IGNORECASE).split())
+        return stripped if re.search(r"\w\w", stripped) else question
+
     def detect(self, question: str) -> GameInfo | None:
         """The game a question names, if exactly one is named; longest name wins overlaps.
 
