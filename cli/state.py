@@ -73,9 +73,10 @@ class CliState:
         return load_settings()
 
     def indexed_pipeline(self) -> Pipeline:
-        """The pipeline with its index loaded, with progress bars if it must be built first."""
+        """The pipeline with a current index, with progress bars if it must be built first;
+        the vectors load on the first search (showing a rulebook needs none)."""
         with self.ui.index_progress() as progress:
-            self.pipeline.ensure_index(progress=progress)
+            self.pipeline.ensure_current(progress=progress)
         return self.pipeline
 
     def rules(self, *, here: bool = False, start: bool = False) -> Rules:

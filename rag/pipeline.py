@@ -24,7 +24,7 @@ from rag.reading.corpus import Corpus, slugify, write_manifest
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
 from rag.reading.report import ingest_report, page_count
 from rag.searching.embedding import Embedder, embedder_for
-from rag.searching.index import IndexStore
+from rag.searching.index import ChunkIndex, IndexStore
 from rag.searching.reranking import Reranker, make_reranker
 from rag.searching.retrieval import Retriever
 from rag.settings import Settings, load_settings
@@ -148,17 +148,36 @@ class Pipeline:
 
     # --- corpus views ------------------------------------------------------------------
 
+    def ensure_current(self, progress: Progress | None = None) -> None:
+        """Build the index if the rulebooks or settings changed; a current one is not loaded."""
+        with self._lock:
+            current = self._retriever is not None or self.index_store().is_current(
+                self.corpus, self.settings, self.embedder.name
+            )
+        if not current:
+            self.ensure_index(progress=progress)
+
+    def _contents(self) -> ChunkIndex:
+        """The indexed chunks, without loading the vectors when they are not loaded yet."""
+        with self._lock:
+            if self._retriever is not None:
+                return self._retriever.index
+            store = self.index_store()
+            if store.is_current(self.corpus, self.settings, self.embedder.name):
+                return store.load_contents()
+        return self.ensure_index().index
+
     def games(self) -> list[GameSummary]:
-        index = self.ensure_index().index
-        return [GameSummary(g, len(index.chunks_of(g.slug))) for g in self.corpus.games]
+        contents = self._contents()
+        return [GameSummary(g, len(contents.chunks_of(g.slug))) for g in self.corpus.games]
 
     def chunks(self, game: str) -> list[Chunk]:
         """The rulebook's chunks in reading order (for the viewer: TOC and sections)."""
         slug = self.corpus.resolve(game).slug
-        return self.ensure_index().index.chunks_of(slug)
+        return self._contents().chunks_of(slug)
 
     def chunk(self, chunk_id: str) -> Chunk:
-        found = self.ensure_index().index.chunk_by_id(chunk_id)
+        found = self._contents().chunk_by_id(chunk_id)
         if found is None:
             raise InputError(f"No passage with id {chunk_id!r}.")
         return found

@@ -281,12 +281,16 @@ def test_light_commands_load_no_model_library(env: dict[str, str], tmp_path: Pat
         assert "Traceback" not in run.stderr and run.stdout, (command, run.stderr)
         loaded = {name.split(".")[0] for name in json.loads(listing.read_text())}
         assert not loaded & set(HEAVY), command
-    # The driver sees what the command loaded: an answer in this process loads the fakes.
-    run = subprocess.run(
-        [sys.executable, "-c", _IMPORTS_DRIVER, str(listing), "games", "--no-daemon"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert "conftest" in json.loads(listing.read_text()), run.stderr
+    # In this process too: a current index is read without its vectors. (The driver sees
+    # what the command loaded: the fake pipeline's conftest, so the pipeline was built.)
+    for command in (["games", "--no-daemon"], ["show", "suros", "2", "--no-daemon"]):
+        run = subprocess.run(
+            [sys.executable, "-c", _IMPORTS_DRIVER, str(listing), *command],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        modules = json.loads(listing.read_text())
+        assert "conftest" in modules and run.stdout, run.stderr
+        assert not {name.split(".")[0] for name in modules} & set(HEAVY), command
 
 
 # --- the client against a service in this process ----------------------------------------

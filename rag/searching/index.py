@@ -209,6 +209,22 @@ class IndexStore:
 
     def load(self) -> ChunkIndex:
         faiss = _faiss()
+        contents = self.load_contents()
+        try:
+            faiss_index = faiss.read_index(str(self.folder / "vectors.faiss"))
+        except RuntimeError as exc:
+            raise IndexError_(
+                f"The index at {self.folder} is corrupt ({exc}): run `rules index --rebuild`."
+            ) from exc
+        if faiss_index.ntotal != len(contents.chunks):
+            raise IndexError_(
+                f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
+            )
+        return ChunkIndex(contents.chunks, faiss_index, contents.manifest)
+
+    def load_contents(self) -> ChunkIndex:
+        """The chunks and manifest without the vectors: what the rulebook viewer and the game
+        list need, read without importing FAISS (light commands stay fast)."""
         manifest = self.read_manifest()
         if manifest is None:
             raise IndexError_(f"No index at {self.folder}: build it with `rules index --rebuild`.")
@@ -218,16 +234,15 @@ class IndexStore:
                 for line in (self.folder / "chunks.jsonl").read_text(encoding="utf-8").splitlines()
                 if line.strip()
             ]
-            faiss_index = faiss.read_index(str(self.folder / "vectors.faiss"))
-        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+        except (OSError, ValueError, TypeError, KeyError) as exc:
             raise IndexError_(
                 f"The index at {self.folder} is corrupt ({exc}): run `rules index --rebuild`."
             ) from exc
-        if faiss_index.ntotal != len(chunks) or manifest.get("chunks") != len(chunks):
+        if manifest.get("chunks") != len(chunks):
             raise IndexError_(
                 f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
             )
-        return ChunkIndex(chunks, faiss_index, manifest)
+        return ChunkIndex(chunks, None, manifest)
 
     def stored_vectors(self) -> dict[str, np.ndarray]:
         """The stored index's vectors by `vector_key`; none when there is no readable index."""
