@@ -7,6 +7,7 @@ delimited data.
 
 from __future__ import annotations
 
+import json
 import string
 import tomllib
 from dataclasses import dataclass
@@ -68,3 +69,16 @@ def shorten(text: str, limit: int) -> str:
         if pos > limit * 0.6:
             return cut[: pos + 1].rstrip() + " …"
     return cut.rsplit(" ", 1)[0] + " …"
+
+
+def reply_text(reply: str, field: str) -> tuple[str, dict[str, Any]]:
+    """The string `field` of a reply shaped by a prompt's schema, and all its fields. A reply
+    that is not a JSON object (a backend that cannot hold the schema) is the text itself."""
+    try:
+        data = json.loads(reply)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return reply.strip(), {}
+    text = data.get(field)
+    return (text.strip() if isinstance(text, str) else ""), data

@@ -9,14 +9,13 @@ out as it is written.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rag.answering.rewording import asks_yes_or_no, both_sides, yes_no_word
 from rag.answering.selection import context_line
-from rag.prompting import Prompt, fill, phrases, render, system_message
+from rag.prompting import Prompt, fill, phrases, render, reply_text, system_message
 from rag.types import Lang, Quote
 
 CONCLUSION_FIELD = "conclusion"
@@ -72,14 +71,7 @@ def parse_conclusion(reply: str, question: str, lang: Lang) -> str:
     """The reply's conclusion, opened by the yes or no chosen for a yes/no question (in
     the question's own verb: 可以 / 不可以). A reply that is not JSON (a backend that cannot
     hold the schema) is the conclusion itself."""
-    try:
-        data = json.loads(reply)
-    except json.JSONDecodeError:
-        return reply.strip()
-    if not isinstance(data, dict):
-        return reply.strip()
-    text = data.get(CONCLUSION_FIELD)
-    text = text.strip() if isinstance(text, str) else ""
+    text, data = reply_text(reply, CONCLUSION_FIELD)
     answer = data.get(ANSWER_FIELD)
     if text and answer in ("yes", "no"):
         return f"{yes_no_word(answer, question, lang)} {text}"

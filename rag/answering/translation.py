@@ -12,14 +12,13 @@ of the process, so a sentence quoted again is not translated again.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
 from rag.answering.checks import faithful
 from rag.generation import Generator
-from rag.prompting import Prompt, fill, phrases, system_message
+from rag.prompting import Prompt, fill, phrases, reply_text, system_message
 from rag.types import Check, Lang, Quote
 
 TRANSLATION_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
@@ -55,7 +54,7 @@ class Translator:
             schema=TRANSLATION_SCHEMA,
             max_tokens=TRANSLATION_TOKENS,
         )
-        rendered = _field(self.generator.complete(prompt))
+        rendered, _ = reply_text(self.generator.complete(prompt), TRANSLATION_FIELD)
         with self._lock:
             self._done[(lang, text)] = rendered
         return rendered
@@ -74,13 +73,3 @@ class Translator:
         detail = f"not faithful to quote(s) {', '.join(dropped)}, not shown" if dropped else ""
         return shown, Check("translation", not dropped, detail)
 
-
-def _field(reply: str) -> str:
-    """The translation in the JSON reply; a reply that is not JSON (a backend that cannot
-    hold the schema) is the translation itself."""
-    try:
-        data = json.loads(reply)
-    except json.JSONDecodeError:
-        return reply.strip()
-    text = data.get(TRANSLATION_FIELD) if isinstance(data, dict) else None
-    return text.strip() if isinstance(text, str) else ""
