@@ -134,6 +134,19 @@ def fake_pipeline(settings: Settings) -> Pipeline:
 
 
 @pytest.fixture
+def rulebook(tmp_path: Path) -> Path:
+    """A small user rulebook in Markdown, to add."""
+    path = tmp_path / "pebble.md"
+    path.write_text(
+        "# Pebble Race\n\n## Setup\n\nEach player takes five pebbles and a cup.\n\n"
+        "## Turn\n\nOn your turn, throw one pebble into the cup. A pebble that misses "
+        "goes back to the supply.\n\n## Winning\n\nThe first player with an empty hand wins.\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("RULEKEEPER_HOME", str(home))

@@ -236,18 +236,6 @@ def test_show_lists_several_matches_and_explains_none(invoke: Invoke) -> None:
 # --- add, remove, index -------------------------------------------------------------------
 
 
-@pytest.fixture
-def rulebook(tmp_path: Path) -> Path:
-    path = tmp_path / "pebble.md"
-    path.write_text(
-        "# Pebble Race\n\n## Setup\n\nEach player takes five pebbles and a cup.\n\n"
-        "## Turn\n\nOn your turn, throw one pebble into the cup. A pebble that misses "
-        "goes back to the supply.\n\n## Winning\n\nThe first player with an empty hand wins.\n",
-        encoding="utf-8",
-    )
-    return path
-
-
 def test_add_then_ask_then_remove(invoke: Invoke, rulebook: Path) -> None:
     assert invoke("index").exit_code == 0  # the built-in books' vectors, for the add to reuse
     added = invoke("add", str(rulebook), "--title", "Pebble Race", "--alias", "PR")

@@ -63,18 +63,6 @@ class BrokenEmbedder(FakeEmbedder):
         raise RuntimeError("the embedder died mid-build")
 
 
-@pytest.fixture
-def rulebook(tmp_path: Path) -> Path:
-    path = tmp_path / "pebble.md"
-    path.write_text(
-        "# Pebble Race\n\n## Setup\n\nEach player takes five pebbles and a cup.\n\n"
-        "## Turn\n\nOn your turn, throw one pebble into the cup. A pebble that misses "
-        "goes back to the supply.\n\n## Winning\n\nThe first player with an empty hand wins.\n",
-        encoding="utf-8",
-    )
-    return path
-
-
 def _vectors(store: IndexStore) -> dict[str, np.ndarray]:
     index = store.load()
     vectors = index.faiss_index.reconstruct_n(0, index.faiss_index.ntotal)

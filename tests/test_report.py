@@ -25,16 +25,8 @@ def _problems(report: IngestReport) -> list[str]:
     return [warning.problem for warning in report.warnings]
 
 
-def test_the_counts_of_a_small_rulebook(settings: Settings, tmp_path: Path) -> None:
-    path = tmp_path / "pebble.md"
-    path.write_text(
-        "# Pebble Race\n\n## Setup\n\nEach player takes five pebbles and a cup.\n\n"
-        "## Turn\n\nOn your turn, throw one pebble into the cup. A pebble that misses "
-        "goes back to the supply.\n\n## Winning\n\nThe first player with an empty hand wins.\n",
-        encoding="utf-8",
-    )
-
-    report = Pipeline(settings, embedder=FakeEmbedder()).add_book(path, "Pebble Race").report
+def test_the_counts_of_a_small_rulebook(settings: Settings, rulebook: Path) -> None:
+    report = Pipeline(settings, embedder=FakeEmbedder()).add_book(rulebook, "Pebble Race").report
 
     # 8 + 18 + 8 words of rules and 5 of headings (the title's two included).
     assert report == IngestReport("pebble-race", None, 3, 3, 39, "en", ())
