@@ -48,8 +48,9 @@ _DESCRIPTIONS = {
     413: "The request body is too large.",
     422: "Invalid request: wrong field types, an empty or too long question, ...",
     429: "Too many requests from this client; see Retry-After.",
-    503: "The server is busy or still loading; see Retry-After.",
-    504: "Answering took longer than the server's timeout.",
+    503: "The server is busy (its model's line is full, or the request waited "
+    "`queue_timeout_s` in it) or still loading; see Retry-After.",
+    504: "Answering took longer than the server's timeout once the model started on it.",
 }
 
 
@@ -80,35 +81,45 @@ class ApiError(Exception):
         headers: Mapping[str, str] | None = None,
         games: list[str] | None = None,
         param: str | None = None,
+        retry_after_s: int | None = None,
+        position: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
         self.headers = dict(headers or {})
+        if retry_after_s is not None:
+            self.headers["Retry-After"] = str(retry_after_s)
         self.games = games
         self.param = param  # the request field at fault, for OpenAI's shape
+        self.retry_after_s = retry_after_s  # in the body too, for clients that hide headers
+        self.position = position  # a busy request's place in line when it gave up
 
     def body(self, *, openai: bool = False) -> dict[str, Any]:
-        error: dict[str, Any] = {"type": self.type, "message": self.message}
-        if openai:
-            error = {
-                "message": self.message,
-                "type": _openai_type(self.status),
-                "param": self.param,
-                "code": self.type,
-            }
-        if self.games is not None:
-            error["games"] = self.games
+        # OpenAI's shape stays OpenAI's: its clients read Retry-After from the header.
+        extra: dict[str, object] = {"games": self.games}
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": _openai_type(self.status),
+            "param": self.param,
+            "code": self.type,
+        }
+        if not openai:
+            error = {"type": self.type, "message": self.message}
+            extra |= {"retry_after_s": self.retry_after_s, "position": self.position}
+        error.update({name: value for name, value in extra.items() if value is not None})
         return {"error": error}
 
     def response(self, *, openai: bool = False) -> JSONResponse:
         return JSONResponse(self.body(openai=openai), status_code=self.status, headers=self.headers)
 
 
-def retry_later(status: int, type_: str, message: str, retry_after_s: int) -> ApiError:
-    """429 / 503 errors tell the client when to come back."""
-    return ApiError(status, type_, message, headers={"Retry-After": str(retry_after_s)})
+def retry_later(
+    status: int, type_: str, message: str, retry_after_s: int, *, position: int | None = None
+) -> ApiError:
+    """429 / 503 errors tell the client when to come back (header and body)."""
+    return ApiError(status, type_, message, retry_after_s=retry_after_s, position=position)
 
 
 def from_pipeline_error(exc: RulekeeperError) -> ApiError:

@@ -29,7 +29,6 @@ WARM_UP_QUESTION = "How do I set up the game?"
 class Runtime:
     settings: Settings
     pipeline: Pipeline
-    runner: ModelRunner
     service: AskService
     keys: ApiKeys
     visitor_limiter: RateLimiter
@@ -43,6 +42,8 @@ class Runtime:
     def build(cls, settings: Settings, pipeline: Pipeline) -> Runtime:
         api = settings.api
         runner = ModelRunner(api.queue_size)
+        # Rule text alone needs no LLM: its own lane, so it never waits behind the model.
+        quoting = ModelRunner(api.queue_size) if api.rule_text_when_busy else None
         conversations = ConversationStore(
             max_conversations=api.max_conversations,
             ttl_s=api.conversation_ttl_s,
@@ -51,8 +52,7 @@ class Runtime:
         return cls(
             settings=settings,
             pipeline=pipeline,
-            runner=runner,
-            service=AskService(pipeline, runner, conversations, api),
+            service=AskService(pipeline, runner, conversations, api, quoting),
             keys=ApiKeys.configured(api),
             visitor_limiter=RateLimiter(api.rate_limit_per_minute),
             key_limiter=RateLimiter(api.key_rate_limit_per_minute),
@@ -104,4 +104,4 @@ class Runtime:
             )
 
     def close(self) -> None:
-        self.runner.close()
+        self.service.close()

@@ -27,6 +27,14 @@ class ErrorDetail(BaseModel):
     type: str = Field(description="Stable machine-readable kind, e.g. `game_not_found`.")
     message: str = Field(description="What went wrong and what to do, for people.")
     games: list[str] | None = Field(None, description="The known games, when none matched.")
+    retry_after_s: int | None = Field(
+        None, description="429 and 503: seconds to wait before retrying (as `Retry-After`)."
+    )
+    position: int | None = Field(
+        None,
+        description="A busy 503 for a request that waited in line: the calls still ahead of it "
+        "when it gave up.",
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -244,6 +252,7 @@ class AskResponse(BaseModel):
                         {"name": "negation", "passed": True, "detail": ""},
                     ],
                     "conversation_id": "c_7Qm2xY9kLp3Z",
+                    "rule_text_only": False,
                 }
             ]
         }
@@ -275,6 +284,12 @@ class AskResponse(BaseModel):
     conversation_id: str | None = Field(
         None, description="Pass it back to ask a follow-up; null when `history` was given."
     )
+    rule_text_only: bool = Field(
+        False,
+        description="The model was saturated, so the server answered with the verified rule "
+        "text alone and wrote no conclusion (the `api.rule_text_when_busy` setting; a `load` "
+        "check says so too).",
+    )
 
     @classmethod
     def of(cls, answer: Answer, conversation_id: str | None, waited: Waited) -> AskResponse:
@@ -286,7 +301,9 @@ class AskResponse(BaseModel):
             "load_s": round(waited.load_s, 4),
             "total_s": round(answer.timings.total_s + outside, 4),
         }
-        return cls.model_validate({**data, "conversation_id": conversation_id})
+        return cls.model_validate(
+            {**data, "conversation_id": conversation_id, "rule_text_only": waited.rule_text_only}
+        )
 
 
 class QuotesEvent(BaseModel):

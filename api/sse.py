@@ -11,8 +11,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from api.errors import ApiError, from_pipeline_error, speaks_openai
-from api.runner import JobCancelled
-from api.service import AnswerStream, cancelled_on_disconnect
+from api.service import AnswerStream, ClientGone, cancelled_on_disconnect
 from rag.errors import RulekeeperError
 from rag.types import StreamEvent
 
@@ -52,7 +51,7 @@ def event_stream(
             async with cancelled_on_disconnect(request, stream):
                 async for item in frames(stream.events()):
                     yield item
-        except JobCancelled:
+        except ClientGone:
             return
         except Exception as exc:
             yield frame(_error(exc).body(openai=speaks_openai(request.url.path)), error_event)

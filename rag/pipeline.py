@@ -17,7 +17,7 @@ from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
-from rag.generation import Generator, make_generator
+from rag.generation import ExtractiveGenerator, Generator, make_generator
 from rag.lang import detect_lang
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus, slugify, write_manifest
@@ -72,6 +72,7 @@ class Pipeline:
         self._corpus: Corpus | None = None
         self._retriever: Retriever | None = None
         self._answerer: Answerer | None = None
+        self._quoter: Answerer | None = None
         self._lock = threading.RLock()
 
     # --- components, built on first use -------------------------------------------------
@@ -96,10 +97,21 @@ class Pipeline:
     def answerer(self) -> Answerer:
         with self._lock:
             if self._answerer is None:
-                gen = self.settings.generation
-                candidates = CandidateSelector(self.embedder, gen.evidence_sentences)
-                self._answerer = Answerer(candidates, self.generator, gen)
+                self._answerer = self._make_answerer(self.generator)
             return self._answerer
+
+    @property
+    def quoter(self) -> Answerer:
+        """Answers with the verified rule text alone, running no LLM: what a server whose
+        model is saturated can still give."""
+        with self._lock:
+            if self._quoter is None:
+                self._quoter = self._make_answerer(ExtractiveGenerator())
+            return self._quoter
+
+    def _make_answerer(self, generator: Generator) -> Answerer:
+        gen = self.settings.generation
+        return Answerer(CandidateSelector(self.embedder, gen.evidence_sentences), generator, gen)
 
     @property
     def generator(self) -> Generator:
@@ -245,23 +257,26 @@ class Pipeline:
         game: str | None = None,
         k: int | None = None,
         history: Sequence[Turn] = (),
+        *,
+        conclude: bool = True,
     ) -> Iterator[StreamEvent]:
         """The rule text as soon as retrieval is done, the conclusion as it is written, then
-        the final answer (see rag.answering)."""
+        the final answer (see rag.answering). `conclude=False`: the rule text alone, no LLM."""
         started = time.perf_counter()
         info, hits = self.retrieve(question, game, k, history)
         lang: Lang = detect_lang(question)
         retrieve_s = time.perf_counter() - started
+        answerer = self.answerer if conclude else self.quoter
         answer: Answer | None = None
         if not self.ensure_index().is_relevant(hits):
             silent = Check("relevance", False, "no passage is close enough to the question")
             answer = not_covered_answer(
-                question, info.slug, lang, hits, self.generator.name, [silent]
+                question, info.slug, lang, hits, answerer.generator.name, [silent]
             )
         else:
             earlier = history[-1].question if history else None
             asked = Question(question.strip(), lang, info, earlier)
-            for event in self.answerer.stream(asked, hits):
+            for event in answerer.stream(asked, hits):
                 if event.kind != "answer":
                     yield event
                 answer = event.answer or answer

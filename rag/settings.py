@@ -160,7 +160,21 @@ class ApiSettings(BaseModel):
     max_question_chars: int = Field(1000, ge=10)
     max_body_bytes: int = Field(64_000, ge=1024)
     queue_size: int = Field(8, ge=0, description="Waiting model calls per worker before 503.")
-    timeout_s: float = Field(120.0, gt=0, description="Longest a request may take.")
+    queue_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest a request waits in line for the model; then 503 busy (or the "
+        "rule text alone, with rule_text_when_busy).",
+    )
+    timeout_s: float = Field(
+        120.0, gt=0, description="Longest an answer may take once the model starts on it (504)."
+    )
+    rule_text_when_busy: bool = Field(
+        False,
+        description="When the model's line is full or a request waited queue_timeout_s, "
+        "answer with the verified rule text alone (no conclusion; marked in the answer) "
+        "instead of 503 busy.",
+    )
     conversation_ttl_s: float = Field(
         3600.0, gt=0, description="A conversation unused this long is forgotten."
     )

@@ -141,7 +141,7 @@ def test_openapi_documents_every_route(client: httpx.Client) -> None:
     assert schemas["AskRequest"]["examples"] and schemas["AskResponse"]["examples"]
     stream = paths["/v1/ask/stream"]["post"]["responses"]["200"]["content"]["text/event-stream"]
     names = stream["schema"]["properties"]["event"]["enum"]
-    assert names == ["quotes", "token", "citations", "done", "error"]
+    assert names == ["queued", "quotes", "token", "citations", "done", "error"]
     assert stream["example"].index("event: quotes") < stream["example"].index("event: token")
     answer = schemas["AskResponse"]
     assert {"conclusion", "quotes", "checks"} <= set(answer["required"])

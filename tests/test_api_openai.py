@@ -146,7 +146,7 @@ def test_every_chat_error_is_in_openai_shape(serve_api: Any, pipeline: Pipeline)
         assert limited["type"] == "rate_limit_error"
         # The Rulekeeper routes keep their own shape.
         own = client.post("/v1/ask", json={"question": "Hi?"}, headers=key).json()["error"]
-        assert set(own) == {"type", "message"}
+        assert set(own) == {"type", "message", "retry_after_s"} and own["retry_after_s"] >= 1
 
 
 def test_an_error_mid_stream_is_in_openai_shape(serve_api: Any, pipeline: Pipeline) -> None:

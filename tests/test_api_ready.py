@@ -110,14 +110,34 @@ def test_a_request_timed_out_in_the_queue_is_busy_not_slow(
     serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
     slow.pieces, slow.delay = 3, 2.0  # the model stays busy ~2 s past a cancellation
-    url = serve_api(slow_pipeline, queue_size=1, timeout_s=1.0)
+    url = serve_api(slow_pipeline, queue_size=1, queue_timeout_s=0.5, timeout_s=1.0)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(httpx.post, f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
         assert slow.started.wait(10)
+        started = time.monotonic()
         queued = httpx.post(f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
+        waited = time.monotonic() - started
         slow_answer = running.result()
     assert queued.status_code == 503 and queued.json()["error"]["type"] == "busy"
-    assert "question" not in queued.json()["error"]["message"].replace("other questions", "")
-    assert int(queued.headers["retry-after"]) >= 1
+    assert 0.4 < waited < 0.95  # its own limit, queue_timeout_s, not timeout_s
+    error = queued.json()["error"]
+    assert "question" not in error["message"].replace("other questions", "")
+    assert error["position"] == 1  # one call was still ahead of it
+    assert error["retry_after_s"] == int(queued.headers["retry-after"]) >= 1
     assert slow_answer.status_code == 504  # it was running: the answer itself was too slow
     assert "shorter" not in slow_answer.json()["error"]["message"]
+
+
+def test_time_in_line_does_not_count_against_the_answer_time_limit(
+    serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+) -> None:
+    slow.pieces, slow.delay = 1, 1.5  # each answer takes ~1.5 s of the model's time
+    url = serve_api(slow_pipeline, queue_size=1, queue_timeout_s=10.0, timeout_s=2.5)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(httpx.post, f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
+        assert slow.started.wait(10)
+        second = pool.submit(httpx.post, f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
+        answers = [first.result(), second.result()]
+    assert [a.status_code for a in answers] == [200, 200]
+    timings = answers[1].json()["timings"]
+    assert timings["queue_s"] > 0.8 and timings["total_s"] > 2.5  # past timeout_s in all

@@ -93,8 +93,9 @@ def test_streams_the_answer_and_opens_cited_passages(
     cited = next(c for c in expected["citations"] if c["n"] == n)
     section = httpx.get(f"{url}/v1/games/suros/sections/{cited['chunk_id']}").json()
     marker.click()
-    page.wait_for_selector(".rk-passage-text")
+    page.wait_for_selector(".rk-passage-where")
     assert page.inner_text(".rk-passage-title") == section["section_path"]
+    assert page.inner_text(".rk-passage-where") == f"Section {section['number']}"
     shown = page.inner_text(".rk-passage-text")
     assert " ".join(shown.split()) == " ".join(section["text"].split())
     page.click(".rk-close")
@@ -175,13 +176,13 @@ def test_follow_ups_keep_the_conversation_and_errors_show(
 
     ask(page, QUESTION)
     page.wait_for_selector(".rk-cite")
-    ask(page, "What does each player gain next?", game="")
+    ask(page, "What does each player gain next?")
     page.wait_for_function(
         "() => document.querySelector('.rk-question').textContent.startsWith('What does')"
     )
     page.wait_for_selector(".rk-cite")
     assert "conversation_id" not in bodies[1]
-    assert bodies[2]["conversation_id"].startswith("c_") and "game" not in bodies[2]
+    assert bodies[2]["conversation_id"].startswith("c_")
     page.click(".rk-new")
     ask(page, "What now?", game="")
     page.wait_for_selector(".rk-status.rk-error")
@@ -194,3 +195,87 @@ def test_the_demo_works_with_keys_on(page: Any, serve_api: Any, pipeline: Pipeli
     ask(page, QUESTION)  # a POST, with its Origin
     page.wait_for_selector(".rk-cite")
     assert page.inner_text(".rk-answer").startswith("Rule text:")
+
+
+def test_the_game_that_answered_shows_with_the_citations(
+    page: Any, serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+) -> None:
+    slow.pieces, slow.delay = 6, 0.1
+    open_demo(page, serve_api(slow_pipeline))
+    # Every change to the widget is checked: an answer shown without its citations is noted.
+    page.evaluate(
+        """() => {
+          window.__rkAnswerWithoutCitations = 0;
+          new MutationObserver(() => {
+            const answer = document.querySelector('.rk-answer').textContent;
+            if (answer && !document.querySelector('.rk-cite')) window.__rkAnswerWithoutCitations++;
+          }).observe(document.querySelector('.rk'), {childList: true, subtree: true});
+        }"""
+    )
+    ask(page, "How much HP does each player start with?", game="")  # placed by the question?
+    page.wait_for_selector(".rk-status.rk-error")  # no: the server asks which game
+    assert page.locator(".rk-answered").is_hidden()
+    ask(page, "How much HP does each player start with in Suros?", game="")
+    page.wait_for_selector(".rk-rule .rk-marker")
+    assert page.inner_text(".rk-answered") == "Game: Suros"  # already with the rule text
+    page.wait_for_selector(".rk-cite")
+    assert page.inner_text(".rk-answered") == "Game: Suros"
+    assert page.evaluate("window.__rkAnswerWithoutCitations") == 0
+
+
+def test_a_new_game_or_topic_starts_a_new_conversation(
+    page: Any, serve_api: Any, pipeline: Pipeline
+) -> None:
+    bodies: list[dict[str, Any]] = []
+    page.on(
+        "request",
+        lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/ask/stream") else None,
+    )
+
+    def answered(question: str, game: str) -> None:
+        ask(page, question, game)
+        page.wait_for_function(
+            "q => document.querySelector('.rk-question').textContent === q"
+            " && document.querySelector('.rk-cite')",
+            arg=question,
+        )
+
+    open_demo(page, serve_api(pipeline))
+    answered(QUESTION, "suros")
+    answered("And what if it runs out?", "suros")  # a follow-up: the context is kept
+    assert "conversation_id" not in bodies[0] and bodies[1]["conversation_id"].startswith("c_")
+    assert page.locator(".rk-follow-up").is_visible()
+    answered("How many cards are in the deck?", "suros")  # reads as a new question
+    assert "conversation_id" not in bodies[2]
+    assert page.locator(".rk-follow-up").is_hidden()
+    answered("And how does hunger work in Maximum Apocalypse?", "")  # names another game
+    assert "conversation_id" not in bodies[3] and "game" not in bodies[3]
+    assert page.inner_text(".rk-answered") == "Game: Maximum Apocalypse"
+    answered("And how much HP does each player start with?", "suros")  # "Any game" -> Suros
+    assert "conversation_id" not in bodies[4] and bodies[4]["game"] == "suros"
+    page.click(".rk-new")  # also forgets the game chosen
+    assert page.eval_on_selector(".rk-game", "s => s.value") == ""
+    assert page.locator(".rk-answered").is_hidden()
+
+
+def test_labels_in_the_visitors_language(page: Any, serve_api: Any, pipeline: Pipeline) -> None:
+    url = serve_api(pipeline)
+
+    def in_chinese(route: Any) -> None:  # an owner's page asking for Chinese labels
+        html = route.fetch().text()
+        route.fulfill(
+            body=html.replace("<div data-rulekeeper>", '<div data-rulekeeper data-lang="zh">')
+        )
+
+    page.route(f"{url}/demo", in_chinese)
+    open_demo(page, url)
+    assert page.inner_text(".rk-ask") == "提问" and page.inner_text(".rk-new") == "新对话"
+    assert page.get_attribute(".rk-input", "placeholder") == "问一个规则问题…"
+    assert page.inner_text(".rk-game option[value='']").startswith("任意游戏")
+    ask(page, "Suros 每个玩家开始时有多少生命值？")
+    page.wait_for_selector(".rk-cite")
+    assert page.inner_text(".rk-answered") == "游戏：Suros"
+    page.locator(".rk-cite").first.click()
+    page.wait_for_selector(".rk-passage-where")
+    assert page.inner_text(".rk-passage-where").startswith("第 ")
+    assert page.inner_text(".rk-close") == "关闭"

@@ -21,6 +21,7 @@ router = APIRouter(
 )
 
 _STREAM_EXAMPLE = (
+    'event: queued\ndata: {"position": 1}\n\n'
     'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4: “Each player draws two '
     'cards.”\\n[2] Draw: “Draw a card at the start of your turn.”", "quotes": [{"n": 1, '
     '"chunk_id": "suros-0007", "game": "suros", "section": "Suros › Setup", "page": 4, '
@@ -37,6 +38,11 @@ _STREAM_EXAMPLE = (
 )
 
 _STREAM_DESCRIPTION = (
+    "A question that must wait for the model gets the stream at once: `queued` events "
+    '(`{"position"}`: the answers still ahead of it) while it waits, when its place changes '
+    "and every few seconds; past the server's `queue_timeout_s` an `error` event `busy` (with "
+    "its `position` and `retry_after_s`), or, when the owner enabled `rule_text_when_busy`, "
+    "the rule text alone (`rule_text_only` in the answer). "
     'Quote first, then a checked conclusion. A `quotes` event (`{"text", "quotes"}`: the '
     "rule text rendered in the asker's language, and its quotes one by one, each as in the "
     "answer's `quotes`) comes as soon as "
@@ -72,7 +78,7 @@ def _query(body: AskRequest, service: AskService) -> AskQuery:
     "`rules ask --json` contract, plus `conversation_id` for follow-ups.",
 )
 async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskResponse:
-    stream = await service.start(_query(body, service))
+    stream = await service.start(_query(body, service), request)
     async with cancelled_on_disconnect(request, stream):
         answer = await stream.answer()
     return AskResponse.of(answer, stream.conversation_id, stream.waited)
@@ -86,13 +92,17 @@ async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskRes
     responses=sse_doc(
         "The answer as server-sent events.",
         _STREAM_EXAMPLE,
-        ["quotes", "token", "citations", "done", "error"],
+        ["queued", "quotes", "token", "citations", "done", "error"],
     ),
 )
 async def ask_stream(body: AskRequest, request: Request, service: ServiceDep) -> StreamingResponse:
-    stream = await service.start(_query(body, service))
+    stream = service.submit(_query(body, service))
+    if not stream.waiting:  # the model is free: a bad question fails with its HTTP status
+        stream = await service.start_submitted(stream, request)
 
     async def frames(events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
+        async for position in stream.places():
+            yield frame({"position": position}, "queued")
         async for event in events:
             if event.kind == "answer" and event.answer is not None:
                 answer = AskResponse.of(event.answer, stream.conversation_id, stream.waited)

@@ -156,7 +156,7 @@ KEEP_ALIVE_S = 5.0
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, service: ServiceDep
 ) -> ChatCompletion | StreamingResponse:
-    stream = await service.start(_query(body, service))
+    stream = await service.start(_query(body, service), request)
     completion_id = "chatcmpl-" + secrets.token_hex(12)
     created = int(time.time())
     with_sources = service.settings.chat_sources

@@ -10,8 +10,13 @@
  * Options (data attributes on the container): data-endpoint (the API's origin; default:
  * where this script came from), data-game (fix the game; default: a game picker),
  * data-api-key (when the server requires a key: a publishable key bound to this page's
- * origin, never a secret key). A page on another origin must be in the server's CORS
- * allow-list (a publishable key's origins are).
+ * origin, never a secret key), data-lang (the labels' language, "en" or "zh"; default: the
+ * browser's). A page on another origin must be in the server's CORS allow-list (a
+ * publishable key's origins are).
+ *
+ * Conversations: a follow-up keeps the earlier question's context; choosing another game
+ * (or "Any game"), naming another game, asking a question that reads as a new one, or "New
+ * conversation" starts afresh, so an earlier topic never colours a new one.
  *
  * Security: every text from the server (answers, rulebook passages, error messages) is put
  * in the page as text nodes (textContent), never parsed as HTML.
@@ -29,6 +34,9 @@
     ".rk-status{color:#555;min-height:1.4em;margin:6px 0}" +
     ".rk-status.rk-error{color:#a00}" +
     ".rk-question{font-weight:600;margin:6px 0}" +
+    ".rk-follow-up{font-size:.8em;color:#555;margin-top:6px}" +
+    ".rk-answered{font-size:.9em;color:#2346c8;margin:0 0 6px}" +
+    ".rk-passage-where{font-size:.9em;color:#555}" +
     ".rk-answer,.rk-rule{white-space:pre-wrap}" +
     ".rk-draft{color:#666;font-style:italic;white-space:pre-wrap;margin-top:8px}" +
     ".rk-draft-label{font-size:.85em;font-style:normal;color:#888;margin-right:.4em}" +
@@ -37,6 +45,70 @@
     ".rk-cite{border:0;background:none;color:#2346c8;cursor:pointer;text-align:left;font:inherit;padding:0}" +
     ".rk-passage{border-left:3px solid #2346c8;background:#f6f7fb;padding:8px;margin-top:8px}" +
     ".rk-passage-text{white-space:pre-wrap}";
+
+  var LABELS = {
+    en: {
+      game: "Game",
+      anyGame: "Any game (name it in the question)",
+      question: "Your rules question",
+      placeholder: "Ask a rules question…",
+      ask: "Ask",
+      newConversation: "New conversation",
+      newConversationDone: "New conversation.",
+      lookingUp: "Looking it up…",
+      queued: "Waiting for the rules server: {n} question(s) ahead of yours…",
+      checking: "checking…",
+      answeredFor: "Game: {game}",
+      followUp: "Follow-up",
+      close: "Close",
+      section: "Section {n}",
+      page: "Page {n}",
+      retryIn: " Retry in {n} s.",
+      serverAnswered: "The server answered {n}.",
+      unreachable: "Could not reach the rules server.",
+      failed: "The answer failed.",
+    },
+    zh: {
+      game: "游戏",
+      anyGame: "任意游戏（在问题中写明）",
+      question: "你的规则问题",
+      placeholder: "问一个规则问题…",
+      ask: "提问",
+      newConversation: "新对话",
+      newConversationDone: "已开始新对话。",
+      lookingUp: "正在查找…",
+      queued: "规则服务器繁忙：前面还有 {n} 个问题，请稍候…",
+      checking: "核对中…",
+      answeredFor: "游戏：{game}",
+      followUp: "追问",
+      close: "关闭",
+      section: "第 {n} 节",
+      page: "第 {n} 页",
+      retryIn: " 请在 {n} 秒后重试。",
+      serverAnswered: "服务器返回了 {n}。",
+      unreachable: "无法连接规则服务器。",
+      failed: "回答失败。",
+    },
+  };
+
+  /* The labels' language: data-lang, else the browser's first language we have labels for. */
+  function labelLang(root) {
+    var wanted = [root.getAttribute("data-lang") || ""].concat(navigator.languages || [navigator.language]);
+    for (var i = 0; i < wanted.length; i++) {
+      var code = String(wanted[i] || "").toLowerCase().split("-")[0];
+      if (LABELS[code]) return code;
+    }
+    return "en";
+  }
+
+  /* Words that tie a question to the one before it ("and if…", "what about it?"): without
+   * them a question is a new topic and is asked without the earlier context. */
+  var FOLLOW_UP =
+    /^\s*(and|but|so|then|also|or|what about|how about|what if|if so|if not)\b|\b(it|its|that|this|these|those|they|them|their|next|after that|afterwards|instead|again|else|too)\b|^\s*(那|那么|还有|如果|然后|另外|而且|但是?)|(它|这个|那个|他们|其)/i;
+
+  function looksLikeFollowUp(question) {
+    return FOLLOW_UP.test(question) || question.trim().split(/\s+/).length <= 3;
+  }
 
   function el(tag, className, text) {
     var node = document.createElement(tag);
@@ -64,9 +136,9 @@
     return { event: event, data: data.length ? JSON.parse(data.join("\n")) : null };
   }
 
-  function errorMessage(body, response) {
-    if (body && body.error && body.error.message) return body.error.message;
-    return "The server answered " + response.status + ".";
+  /* A label with its one {placeholder} filled in. */
+  function fill(template, value) {
+    return template.replace(/\{\w+\}/, value);
   }
 
   function Widget(root) {
@@ -74,12 +146,16 @@
     this.endpoint = (root.getAttribute("data-endpoint") || scriptOrigin).replace(/\/+$/, "");
     this.game = root.getAttribute("data-game") || "";
     this.apiKey = root.getAttribute("data-api-key") || "";
+    this.labels = LABELS[labelLang(root)];
+    this.games = []; /* {slug, title, aliases}, for titles and for spotting another game named */
     this.conversationId = null;
+    this.conversationGame = null; /* the game the conversation is about */
+    this.chosenGame = ""; /* the picker's game when the conversation began */
     this.controller = null;
     this.citations = [];
     this.quoted = [];
     this.build();
-    if (!this.game) this.loadGames();
+    this.loadGames();
   }
 
   Widget.prototype.headers = function (extra) {
@@ -90,19 +166,20 @@
 
   Widget.prototype.build = function () {
     var self = this;
+    var labels = this.labels;
     addStyle();
     this.root.classList.add("rk");
     this.form = el("form", "rk-form");
     this.select = el("select", "rk-game");
-    this.select.setAttribute("aria-label", "Game");
-    this.select.appendChild(el("option", null, "Any game (name it in the question)")).value = "";
+    this.select.setAttribute("aria-label", labels.game);
+    this.select.appendChild(el("option", null, labels.anyGame)).value = "";
     this.input = el("input", "rk-input");
     this.input.type = "text";
-    this.input.setAttribute("aria-label", "Your rules question");
-    this.input.placeholder = "Ask a rules question…";
-    var ask = el("button", "rk-ask", "Ask");
+    this.input.setAttribute("aria-label", labels.question);
+    this.input.placeholder = labels.placeholder;
+    var ask = el("button", "rk-ask", labels.ask);
     ask.type = "submit";
-    var reset = el("button", "rk-new", "New conversation");
+    var reset = el("button", "rk-new", labels.newConversation);
     reset.type = "button";
     if (!this.game) this.form.appendChild(this.select);
     this.form.appendChild(this.input);
@@ -111,6 +188,10 @@
     this.status = el("div", "rk-status");
     this.status.setAttribute("role", "status");
     this.question = el("div", "rk-question");
+    this.followUp = el("div", "rk-follow-up", labels.followUp);
+    this.followUp.hidden = true;
+    this.answered = el("div", "rk-answered");
+    this.answered.hidden = true;
     this.answer = el("div", "rk-answer");
     this.answer.setAttribute("aria-live", "polite");
     this.rule = el("div", "rk-rule");
@@ -118,12 +199,12 @@
     this.rule.hidden = true;
     this.draft = el("div", "rk-draft");
     this.draft.hidden = true;
-    this.draft.appendChild(el("span", "rk-draft-label", "checking…"));
+    this.draft.appendChild(el("span", "rk-draft-label", labels.checking));
     this.draftText = this.draft.appendChild(el("span", "rk-draft-text"));
     this.list = el("ol", "rk-citations");
     this.passage = el("section", "rk-passage");
     this.passage.hidden = true;
-    [this.form, this.status, this.question, this.answer, this.rule, this.draft, this.list, this.passage].forEach(
+    [this.form, this.status, this.followUp, this.question, this.answered, this.answer, this.rule, this.draft, this.list, this.passage].forEach(
       function (n) {
         self.root.appendChild(n);
       }
@@ -134,10 +215,50 @@
       if (question) self.ask(question);
     });
     reset.addEventListener("click", function () {
-      self.conversationId = null;
+      if (!self.game) self.select.value = "";
+      self.newConversation();
       self.clear();
-      self.setStatus("New conversation.");
+      self.setStatus(labels.newConversationDone);
     });
+    /* Another game (or "Any game"): the earlier questions are about something else. */
+    this.select.addEventListener("change", function () {
+      if (self.select.value !== self.chosenGame) self.newConversation();
+    });
+  };
+
+  Widget.prototype.newConversation = function () {
+    this.conversationId = null;
+    this.conversationGame = null;
+    this.chosenGame = this.select.value; /* what the picker showed when it began */
+  };
+
+  /* The conversation to continue with `question`, or null for a new topic: a question that
+   * does not read as a follow-up, or that names a game other than the conversation's. */
+  Widget.prototype.continuing = function (question) {
+    if (!this.conversationId || !looksLikeFollowUp(question)) return null;
+    var folded = question.toLowerCase();
+    var conversationGame = this.conversationGame;
+    var other = this.games.some(function (game) {
+      return (
+        game.slug !== conversationGame &&
+        [game.title, game.slug].concat(game.aliases || []).some(function (name) {
+          return name && folded.indexOf(String(name).toLowerCase()) >= 0;
+        })
+      );
+    });
+    return other ? null : this.conversationId;
+  };
+
+  Widget.prototype.gameTitle = function (slug) {
+    for (var i = 0; i < this.games.length; i++) {
+      if (this.games[i].slug === slug) return this.games[i].title;
+    }
+    return slug;
+  };
+
+  Widget.prototype.showGame = function (slug) {
+    this.answered.textContent = slug ? fill(this.labels.answeredFor, this.gameTitle(slug)) : "";
+    this.answered.hidden = !slug;
   };
 
   Widget.prototype.loadGames = function () {
@@ -147,7 +268,8 @@
         return response.ok ? response.json() : null;
       })
       .then(function (body) {
-        (body ? body.games : []).forEach(function (game) {
+        self.games = body ? body.games : [];
+        self.games.forEach(function (game) {
           self.select.appendChild(el("option", null, game.title)).value = game.slug;
         });
       })
@@ -163,6 +285,8 @@
 
   Widget.prototype.clear = function () {
     this.question.textContent = "";
+    this.followUp.hidden = true;
+    this.showGame(null);
     this.answer.textContent = "";
     this.clearProgress();
     this.list.textContent = "";
@@ -186,11 +310,14 @@
     this.controller = controller;
     this.clear();
     this.question.textContent = question;
-    this.setStatus("Looking it up…");
+    this.setStatus(this.labels.lookingUp);
     var body = { question: question };
     var game = this.game || this.select.value;
     if (game) body.game = game;
-    if (this.conversationId) body.conversation_id = this.conversationId;
+    var conversationId = this.continuing(question);
+    this.followUp.hidden = !conversationId;
+    if (conversationId) body.conversation_id = conversationId;
+    else this.newConversation();
     try {
       var response = await fetch(this.endpoint + "/v1/ask/stream", {
         method: "POST",
@@ -203,13 +330,13 @@
           return null;
         });
         var wait = response.headers.get("Retry-After");
-        this.setStatus(errorMessage(error, response) + (wait ? " Retry in " + wait + " s." : ""), true);
+        this.setStatus(this.errorText(error, response.status) + (wait ? fill(this.labels.retryIn, wait) : ""), true);
         return;
       }
       await this.read(response.body.getReader(), controller);
     } catch (err) {
       if (err && err.name === "AbortError") return;
-      this.setStatus("Could not reach the rules server.", true);
+      this.setStatus(this.labels.unreachable, true);
     } finally {
       if (this.controller === controller) this.controller = null;
     }
@@ -231,9 +358,16 @@
     }
   };
 
+  Widget.prototype.errorText = function (body, status) {
+    if (body && body.error && body.error.message) return body.error.message;
+    return fill(this.labels.serverAnswered, status);
+  };
+
   Widget.prototype.handle = function (message) {
     var data = message.data;
-    if (message.event === "quotes") {
+    if (message.event === "queued") {
+      this.setStatus(fill(this.labels.queued, data.position));
+    } else if (message.event === "quotes") {
       this.setStatus("");
       this.showRule(data);
     } else if (message.event === "token") {
@@ -242,12 +376,15 @@
       this.draftText.appendChild(document.createTextNode(data.text));
     } else if (message.event === "citations") {
       this.conversationId = data.conversation_id || this.conversationId;
+      this.conversationGame = data.game;
       this.showAnswer(data);
     } else if (message.event === "error") {
       /* The rule text stays (it is the rulebook's own); an unchecked draft does not. */
       this.draftText.textContent = "";
       this.draft.hidden = true;
-      this.setStatus(data && data.error ? data.error.message : "The answer failed.", true);
+      var wait = data && data.error && data.error.retry_after_s;
+      var text = data && data.error ? data.error.message : this.labels.failed;
+      this.setStatus(text + (wait ? fill(this.labels.retryIn, wait) : ""), true);
     } else if (message.event === "done") {
       this.setStatus("");
     }
@@ -258,8 +395,9 @@
   Widget.prototype.showRule = function (data) {
     var quotes = (data && data.quotes) || [];
     this.quoted = quotes.map(function (q) {
-      return { n: q.n, game: q.game, chunk_id: q.chunk_id, section: q.section, text: q.text };
+      return { n: q.n, game: q.game, chunk_id: q.chunk_id, section: q.section, page: q.page, text: q.text };
     });
+    if (quotes.length) this.showGame(quotes[0].game);
     var text = data && data.text ? data.text : this.ruleText(quotes);
     this.rule.textContent = "";
     this.withMarkers(this.rule, text, this.quoted);
@@ -301,6 +439,7 @@
     var self = this;
     this.citations = data.citations || [];
     this.clearProgress();
+    this.showGame(data.game);
     this.answer.textContent = "";
     this.withMarkers(this.answer, data.answer || "", this.citations);
     this.list.textContent = "";
@@ -332,7 +471,7 @@
   /* Show the cited passage at once, then its page and full text from the rulebook view. */
   Widget.prototype.openPassage = function (citation) {
     var self = this;
-    this.renderPassage(citation.section, null, citation.text);
+    this.renderPassage(citation.section, null, citation.page, citation.text);
     var url =
       this.endpoint +
       "/v1/games/" +
@@ -344,23 +483,29 @@
         return response.ok ? response.json() : null;
       })
       .then(function (section) {
-        if (section) self.renderPassage(section.section_path, section.page, section.text);
+        if (section) self.renderPassage(section.section_path, section.number, section.page, section.text);
       })
       .catch(function () {
         /* keep the citation's own text */
       });
   };
 
-  Widget.prototype.renderPassage = function (title, page, text) {
+  /* The passage with where it is: its section path, the section's number in the rulebook's
+   * table of contents and its page, when known. */
+  Widget.prototype.renderPassage = function (title, number, page, text) {
     var self = this;
+    var labels = this.labels;
     this.passage.textContent = "";
-    var close = el("button", "rk-close", "Close");
+    var close = el("button", "rk-close", labels.close);
     close.type = "button";
     close.addEventListener("click", function () {
       self.passage.hidden = true;
     });
     this.passage.appendChild(el("h4", "rk-passage-title", title));
-    if (page) this.passage.appendChild(el("div", "rk-passage-page", "Page " + page));
+    var where = [];
+    if (number) where.push(fill(labels.section, number));
+    if (page) where.push(fill(labels.page, page));
+    if (where.length) this.passage.appendChild(el("div", "rk-passage-where", where.join(" · ")));
     this.passage.appendChild(el("div", "rk-passage-text", text));
     this.passage.appendChild(close);
     this.passage.hidden = false;
