@@ -72,4 +72,3 @@ class Translator:
                 dropped.append(str(quote.n))
         detail = f"not faithful to quote(s) {', '.join(dropped)}, not shown" if dropped else ""
         return shown, Check("translation", not dropped, detail)
-
