@@ -89,7 +89,8 @@ def test_queue_time_is_accounted_for(
     for elapsed, t in results:
         parts = t["queue_s"] + t["load_s"] + t["retrieve_s"] + t["generate_s"]
         assert parts <= t["total_s"] + 0.001 and t["total_s"] - parts < 0.1
-        assert elapsed - t["total_s"] < 0.25  # the client saw little beyond it
+        # The client saw little beyond it (HTTP and JSON; a loaded machine stretches them).
+        assert elapsed - t["total_s"] < 0.25 + 0.2 * elapsed
 
 
 def test_the_llm_warm_up_reads_the_system_prompt(tmp_path: Path) -> None:
@@ -110,7 +111,7 @@ def test_a_request_timed_out_in_the_queue_is_busy_not_slow(
     serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
     slow.pieces, slow.delay = 3, 2.0  # the model stays busy ~2 s past a cancellation
-    url = serve_api(slow_pipeline, queue_size=1, queue_timeout_s=0.5, timeout_s=1.0)
+    url = serve_api(slow_pipeline, queue_size=1, queue_timeout_s=0.5, timeout_s=3.0)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(httpx.post, f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
         assert slow.started.wait(10)
@@ -119,7 +120,7 @@ def test_a_request_timed_out_in_the_queue_is_busy_not_slow(
         waited = time.monotonic() - started
         slow_answer = running.result()
     assert queued.status_code == 503 and queued.json()["error"]["type"] == "busy"
-    assert 0.4 < waited < 0.95  # its own limit, queue_timeout_s, not timeout_s
+    assert 0.4 < waited < 2.0  # its own limit, queue_timeout_s, not timeout_s
     error = queued.json()["error"]
     assert "question" not in error["message"].replace("other questions", "")
     assert error["position"] == 1  # one call was still ahead of it
