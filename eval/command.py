@@ -83,11 +83,11 @@ def _print_compare_progress(name: str, result: ItemResult, done: int, total: int
 
 
 def _single(
-    pipeline: Pipeline, items: list[GoldItem], k: int | None, out: Path | None
+    pipeline: Pipeline, items: list[GoldItem], k: int | None, out: Path | None, resume: bool
 ) -> tuple[dict[str, Any], str]:
     from eval.runner import ITEMS_FILE, render_table, run_eval
 
-    report = run_eval(pipeline, items, k=k, out_dir=out, progress=_print_progress)
+    report = run_eval(pipeline, items, k=k, out_dir=out, progress=_print_progress, resume=resume)
     if out is not None:
         typer.echo(f"Per-item results: {out / ITEMS_FILE}", err=True)
     return report, render_table(report)
@@ -159,6 +159,14 @@ def register(app: typer.Typer, *, make_pipeline: PipelineFactory | None = None) 
         ] = False,
         limit: Annotated[int | None, typer.Option(min=1, help="Only the first N items.")] = None,
         game: Annotated[str | None, typer.Option(help="Only the items about this game.")] = None,
+        resume: Annotated[
+            bool,
+            typer.Option(
+                "--resume",
+                help="With --out: ask only the items its items.jsonl lacks (an interrupted "
+                "run goes on); the report counts them all.",
+            ),
+        ] = False,
     ) -> None:
         from eval.compare import SharedModels
         from eval.runner import load_gold, select_items
@@ -168,6 +176,8 @@ def register(app: typer.Typer, *, make_pipeline: PipelineFactory | None = None) 
         with _user_errors():
             if config is not None and not compare:
                 raise InputError(f"{config}: a configuration file is only read with --compare.")
+            if resume and (out is None or compare):
+                raise InputError("--resume goes on from a single run's --out folder.")
             settings = load_settings()  # a bad setting is a RulekeeperError
             factory = _indexed(make_pipeline or SharedModels())
             # Choosing items needs only the corpus: a plain pipeline builds no model.
@@ -179,5 +189,5 @@ def register(app: typer.Typer, *, make_pipeline: PipelineFactory | None = None) 
                 if compare:
                     payload, text = _compare(factory, settings, items, k, out, config)
                 else:
-                    payload, text = _single(factory(settings), items, k, out)
+                    payload, text = _single(factory(settings), items, k, out, resume)
             typer.echo(json.dumps(payload, ensure_ascii=False) if as_json else text)

@@ -267,6 +267,46 @@ def _open_items(out_dir: Path | None) -> AbstractContextManager[IO[str] | None]:
     return (out_dir / ITEMS_FILE).open("w", encoding="utf-8")
 
 
+def _stored_score(item: GoldItem, metrics: dict[str, Any]) -> ItemScore:
+    """An item's score as an earlier run wrote it to items.jsonl."""
+    return ItemScore(
+        lang=item.lang,
+        game=metrics["game"],
+        type=item.type,
+        answerable=item.answerable,
+        first_hit=metrics["first_hit_rank"],
+        facts=tuple(metrics["key_facts_covered"]),
+        abstained_ok=metrics["abstention_correct"],
+        citations=metrics["citations"],
+        supported=metrics["citations_supported"],
+        answer_lang=metrics["answer_lang"],
+        latency_s=metrics["latency_s"],
+        error=metrics["error"],
+        concluded=metrics.get("conclusion_shown", False),
+        right_way=metrics.get("right_way_round"),
+        probe=bool(item.probe),
+        invented_number=metrics.get("invented_number", False),
+    )
+
+
+def stored_results(out_dir: Path, items: Sequence[GoldItem]) -> dict[str, tuple[str, ItemScore]]:
+    """The lines an interrupted run kept in out_dir/items.jsonl, with their scores, by item
+    id: only items still in the gold file; a torn last line is left out (asked again)."""
+    by_id = {item.id: item for item in items}
+    stored: dict[str, tuple[str, ItemScore]] = {}
+    path = out_dir / ITEMS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    for line in lines:
+        try:
+            data = json.loads(line)
+            item = by_id.get(data["gold"]["id"])
+            if item is not None:
+                stored[item.id] = (line, _stored_score(item, data["metrics"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return stored
+
+
 def _settings_summary(pipeline: Pipeline) -> dict[str, Any]:
     """The settings a comparison varies, so a saved report says what produced it."""
     s = pipeline.settings
@@ -286,28 +326,37 @@ def run_eval(
     k: int | None = None,
     out_dir: Path | None = None,
     progress: Progress | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Ask every item, score it and return the report (the `rules eval --json` object).
 
     With out_dir, each item's line goes to items.jsonl as soon as it is scored (an
-    interrupted run keeps what it did), and the report to report.json at the end.
+    interrupted run keeps what it did), and the report to report.json at the end; with
+    resume, items already in that items.jsonl are not asked again but counted as scored.
     k defaults to the settings' retrieval.k.
     """
     k = k or pipeline.settings.retrieval.k
     ks = (1, RETRIEVAL_DEPTH, k)
+    earlier = stored_results(out_dir, items) if resume and out_dir is not None else {}
     pipeline.ensure_index()  # loaded (or built) here, not timed as the first item's latency
-    results: list[ItemResult] = []
+    scores: list[ItemScore] = []
     with _open_items(out_dir) as sink:
         for done, item in enumerate(items, start=1):
+            if item.id in earlier:
+                line, score = earlier[item.id]
+                scores.append(score)
+                if sink is not None:
+                    sink.write(line + "\n")
+                continue
             result = evaluate_item(pipeline, item, k)
-            results.append(result)
+            scores.append(result.score)
             if sink is not None:
                 sink.write(json.dumps(result.to_json(ks), ensure_ascii=False) + "\n")
                 sink.flush()
             if progress is not None:
                 progress(result, done, len(items))
     report = {
-        **build_report([r.score for r in results], ks),
+        **build_report(scores, ks),
         "k": k,
         "backend": pipeline.generator.name,
         "settings": _settings_summary(pipeline),

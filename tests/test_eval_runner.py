@@ -339,6 +339,10 @@ def test_options_limit_game_and_out(settings: Settings, gold_file: Path, tmp_pat
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("1 items (0 failed), k = 5")
     assert list(by_id(out)) == ["suros-ap-en"]
+    resumed = invoke("--gold", str(gold_file), "--game", "suros", "--out", str(out), "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert "suros-ap-en" not in resumed.stderr  # kept, not asked again
+    assert set(by_id(out)) == {"suros-ap-en", "suros-ap-zh"}
 
 
 @pytest.mark.parametrize(
@@ -348,6 +352,7 @@ def test_options_limit_game_and_out(settings: Settings, gold_file: Path, tmp_pat
         (["--game", "Catan"], "Unknown game 'Catan'."),
         (["x.toml"], "x.toml: a configuration file is only read with --compare."),
         (["--compare", "missing.toml"], "Comparison file missing.toml not found."),
+        (["--resume"], "--resume goes on from a single run's --out folder."),
     ],
 )
 def test_user_errors_are_one_line_and_exit_1(
@@ -612,3 +617,32 @@ def test_probe_fields_are_checked_when_the_gold_is_read(tmp_path: Path) -> None:
     bad = [{**PROBE_GOLD[0], "polarity": "maybe"}]
     with pytest.raises(InputError, match="polarity"):
         load_gold(write_gold(tmp_path / "bad.jsonl", bad))
+
+
+def test_an_interrupted_run_resumes_where_it_stopped(
+    book_pipeline: Pipeline, gold_file: Path, tmp_path: Path
+) -> None:
+    items = load_gold(gold_file)
+    whole = run_eval(book_pipeline, items, out_dir=tmp_path / "whole")
+    out = tmp_path / "resumed"
+    run_eval(book_pipeline, items[:2], out_dir=out)  # stopped after two items
+    with (out / ITEMS_FILE).open("a", encoding="utf-8") as torn:
+        torn.write('{"gold": {"id": ')  # the line being written when it stopped
+    asked: list[str] = []
+    resumed = run_eval(
+        book_pipeline,
+        items,
+        out_dir=out,
+        resume=True,
+        progress=lambda result, done, total: asked.append(result.item.id),
+    )
+    assert asked == [item.id for item in items[2:]]  # the first two were not asked again
+    assert sorted(by_id(out)) == sorted(item.id for item in items)
+    for key in ("retrieval", "answer"):
+        assert _without_latency(resumed[key]) == _without_latency(whole[key])
+
+
+def _without_latency(section: Any) -> Any:
+    if isinstance(section, dict):
+        return {k: _without_latency(v) for k, v in section.items() if "latency" not in k}
+    return section
