@@ -85,7 +85,7 @@ def test_queue_time_is_accounted_for(
         second = pool.submit(ask)
         results = [first.result(), second.result()]
     _, timings = results[1]
-    assert timings["queue_s"] > 0.5  # behind the first answer
+    assert timings["queue_s"] > 0.2  # behind the first answer
     for elapsed, t in results:
         parts = t["queue_s"] + t["load_s"] + t["retrieve_s"] + t["generate_s"]
         assert parts <= t["total_s"] + 0.001 and t["total_s"] - parts < 0.1
@@ -141,4 +141,4 @@ def test_time_in_line_does_not_count_against_the_answer_time_limit(
         answers = [first.result(), second.result()]
     assert [a.status_code for a in answers] == [200, 200]
     timings = answers[1].json()["timings"]
-    assert timings["queue_s"] > 0.8 and timings["total_s"] > 2.5  # past timeout_s in all
+    assert timings["queue_s"] > 0.3 and timings["total_s"] > 2.5  # past timeout_s in all
