@@ -132,7 +132,7 @@ def test_a_request_timed_out_in_the_queue_is_busy_not_slow(
 def test_time_in_line_does_not_count_against_the_answer_time_limit(
     serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
-    slow.pieces, slow.delay = 1, 1.5  # each answer takes ~1.5 s of the model's time
+    slow.pieces, slow.delay = 1, 2.0  # each answer takes ~2 s of the model's time
     url = serve_api(slow_pipeline, queue_size=1, queue_timeout_s=10.0, timeout_s=2.5)
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(httpx.post, f"{url}/v1/ask", json={"question": SUROS_Q}, timeout=30)
@@ -141,4 +141,4 @@ def test_time_in_line_does_not_count_against_the_answer_time_limit(
         answers = [first.result(), second.result()]
     assert [a.status_code for a in answers] == [200, 200]
     timings = answers[1].json()["timings"]
-    assert timings["queue_s"] > 0.3 and timings["total_s"] > 2.5  # past timeout_s in all
+    assert timings["queue_s"] > 0.5 and timings["total_s"] > 2.5  # past timeout_s in all
