@@ -77,10 +77,30 @@ class RetrievalSettings(BaseModel):
 
 
 class GenerationSettings(BaseModel):
-    backend: Literal["auto", "llama", "extractive"] = Field(
-        "auto", description="auto: the LLM when its model file is present, else extractive."
+    backend: Literal["auto", "llama", "extractive", "openai"] = Field(
+        "auto",
+        description="auto: the LLM when its model file is present, else extractive. openai: "
+        "an OpenAI-compatible chat server at base_url (llama.cpp's server, Ollama, vLLM), "
+        "its key in RULEKEEPER_OPENAI_API_KEY or OPENAI_API_KEY.",
     )
-    model: str = Field("qwen2.5-1.5b-instruct", description="GGUF model: registered name or path.")
+    model: str = Field(
+        "qwen2.5-1.5b-instruct",
+        description="GGUF model: registered name or path; with backend openai, the model "
+        "name the server knows.",
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8080/v1",
+        description="backend openai: the server's API root (the URL before /chat/completions).",
+    )
+    timeout_s: float = Field(
+        60.0, gt=0, description="backend openai: longest wait for the server's next piece."
+    )
+    retries: int = Field(
+        2, ge=0, description="backend openai: retries on 429, 5xx or no connection, backing off."
+    )
+    retry_backoff_s: float = Field(
+        0.5, ge=0, description="backend openai: the first retry's wait, doubled each time."
+    )
     n_ctx: int = Field(4096, ge=512, description="LLM context size in tokens.")
     threads: int = Field(2, ge=1, description="CPU threads for the LLM.")
     # Greedy decoding (0) degenerated into runs of markers on more gold questions than 0.1
