@@ -9,12 +9,12 @@ from typing import Literal
 
 import anyio
 
-from api.conversations import ConversationStore
 from api.errors import ApiError, retry_later
 from api.runner import ModelRunner
 from api.schemas import ModelsState, Readiness
 from api.security import ApiKeys, RateLimiter
 from api.service import AskService
+from api.shared_state import open_state
 from rag.errors import RulekeeperError
 from rag.pipeline import Pipeline
 from rag.settings import Settings
@@ -43,19 +43,15 @@ class Runtime:
     def build(cls, settings: Settings, pipeline: Pipeline) -> Runtime:
         api = settings.api
         runner = ModelRunner(api.queue_size)
-        conversations = ConversationStore(
-            max_conversations=api.max_conversations,
-            ttl_s=api.conversation_ttl_s,
-            max_turns=api.conversation_turns,
-        )
+        shared = open_state(settings)  # conversations and limits every worker sees
         return cls(
             settings=settings,
             pipeline=pipeline,
             runner=runner,
-            service=AskService(pipeline, runner, conversations, api),
+            service=AskService(pipeline, runner, shared.conversations, api),
             keys=ApiKeys.configured(api),
-            visitor_limiter=RateLimiter(api.rate_limit_per_minute),
-            key_limiter=RateLimiter(api.key_rate_limit_per_minute),
+            visitor_limiter=shared.visitor_limiter,
+            key_limiter=shared.key_limiter,
         )
 
     async def warm_up(self) -> None:

@@ -179,9 +179,25 @@ class ApiSettings(BaseModel):
         3600.0, gt=0, description="A conversation unused this long is forgotten."
     )
     max_conversations: int = Field(
-        1000, ge=1, description="Conversations kept per worker; the least recently used go."
+        1000, ge=1, description="Conversations kept; the least recently used go."
     )
     conversation_turns: int = Field(8, ge=1, description="Turns kept per conversation.")
+    state_store: Literal["sqlite", "memory"] = Field(
+        "sqlite",
+        description="Where conversations and rate limits are kept: sqlite, a file in HOME "
+        "shared by every worker on this machine; memory, each worker its own. redis_url, "
+        "when set, overrides it.",
+    )
+    state_file: Path | None = Field(
+        None,
+        description="The sqlite state store's file; default HOME/api-state.sqlite3 (set it "
+        "when HOME is shipped read-only).",
+    )
+    redis_url: str | None = Field(
+        None,
+        description="A Redis server shared by workers on several machines, e.g. "
+        "redis://cache.internal:6379/0 (the redis package: pip install 'rulekeeper[redis]').",
+    )
     chat_sources: bool = Field(
         True,
         description="OpenAI-compatible chat: end the message with its sources (section and "
