@@ -1,6 +1,7 @@
-"""An OpenAI-compatible chat server as the model (llama.cpp's server, llama-cpp-python's,
-Ollama, vLLM): for a model bigger than this machine runs, or one inference server shared by
-many API workers. Same prompts, selection and checks as the local backend.
+"""An OpenAI-compatible server as the model (llama.cpp's server, llama-cpp-python's, Ollama,
+vLLM): for a model bigger than this machine runs, or one inference server shared by many API
+workers. Same prompts, selection and checks as the local backend; optionally the embedder
+too (`/v1/embeddings`).
 
 Plain httpx rather than the `openai` package: httpx is a dependency already, the calls are a
 JSON POST and server-sent-event lines, and the retries, timeouts and one-line errors naming
@@ -10,6 +11,7 @@ exception types to translate). Imported only when the backend is used.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,10 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 
 from rag.errors import ModelError
 from rag.generation import Generator, stop_repeating
 from rag.prompting import Prompt, system_message
+from rag.searching.embedding import Embedder
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -92,9 +96,9 @@ class OpenAIServer:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
         )
 
-    def get(self, path: str) -> Any:
-        """The JSON a GET returns; None if it is not JSON."""
-        response = self._send("GET", path)
+    def json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The JSON a request returns; None if it is not JSON."""
+        response = self._send(method, path, body)
         try:
             response.read()
             return response.json()
@@ -183,8 +187,8 @@ class OpenAIServer:
         hint = {
             401: " Set RULEKEEPER_OPENAI_API_KEY (or OPENAI_API_KEY) to a key it accepts.",
             403: " Set RULEKEEPER_OPENAI_API_KEY (or OPENAI_API_KEY) to a key it accepts.",
-            404: " Check generation.base_url (the API root, often ending in /v1) and "
-            "generation.model.",
+            404: " Check base_url (the API root, often ending in /v1) and the model name "
+            "(generation's or embedding's settings).",
         }.get(status, "")
         detail = _detail(response)
         return ServerRefusedError(
@@ -287,7 +291,7 @@ class OpenAIGenerator(Generator):
         if self._model_checked:
             return
         try:
-            listing = self._server.get("models")
+            listing = self._server.json("GET", "models")
         except ServerRefusedError:
             listing = None
         served = [m.get("id") for m in (listing or {}).get("data", []) if isinstance(m, dict)]
@@ -299,15 +303,81 @@ class OpenAIGenerator(Generator):
         self._model_checked = True
 
 
-def make_openai_generator(settings: Settings) -> OpenAIGenerator:
+class OpenAIEmbedder(Embedder):
+    """Vectors from a server's /embeddings: one embedding server for many API workers.
+
+    Its name (in the index manifest) names the server's model and the prefixes, so changing
+    either rebuilds the index. The server applies no query or passage prompt of its own; the
+    settings' prefixes stand in for a model's prompts (EmbeddingGemma's, E5's).
+    """
+
+    def __init__(
+        self, server: OpenAIServer, model: str, *, query_prefix: str = "", passage_prefix: str = ""
+    ) -> None:
+        super().__init__()
+        self.name = f"openai:{model}"
+        if query_prefix or passage_prefix:
+            prefixes = json.dumps([query_prefix, passage_prefix]).encode()
+            self.name += "#" + hashlib.sha256(prefixes).hexdigest()[:8]
+        self.model = model
+        self._server = server
+        self._prefixes = {True: query_prefix, False: passage_prefix}
+        self._dimension: int | None = None
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = self._encode(["dimension"], query=False).shape[1]
+        return self._dimension
+
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        prefix = self._prefixes[query]
+        body = {"model": self.model, "input": [prefix + t for t in texts]}
+        reply = self._server.json("POST", "embeddings", body)
+        try:
+            rows = sorted(reply["data"], key=lambda row: row["index"])
+            vectors = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ModelError(
+                f"The embedding server at {self._server.base_url} sent no embeddings "
+                f"({type(exc).__name__}: {exc}): does it serve {self.model!r} for embeddings?"
+            ) from exc
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise ModelError(
+                f"The embedding server at {self._server.base_url} sent {len(vectors)} vectors "
+                f"for {len(texts)} texts."
+            )
+        self._dimension = vectors.shape[1]
+        return vectors
+
+
+def _server(base_url: str, settings: Settings) -> OpenAIServer:
     gen = settings.generation
-    server = OpenAIServer(
-        gen.base_url,
+    return OpenAIServer(
+        base_url,
         key=api_key(),
         timeout_s=gen.timeout_s,
         retries=gen.retries,
         backoff_s=gen.retry_backoff_s,
     )
+
+
+def make_openai_generator(settings: Settings) -> OpenAIGenerator:
+    gen = settings.generation
     return OpenAIGenerator(
-        server, gen.model, temperature=gen.temperature, max_tokens=gen.max_tokens, seed=gen.seed
+        _server(gen.base_url, settings),
+        gen.model,
+        temperature=gen.temperature,
+        max_tokens=gen.max_tokens,
+        seed=gen.seed,
+    )
+
+
+def make_openai_embedder(settings: Settings) -> OpenAIEmbedder:
+    emb = settings.embedding
+    return OpenAIEmbedder(
+        _server(emb.base_url, settings),
+        emb.model,
+        query_prefix=emb.query_prefix,
+        passage_prefix=emb.passage_prefix,
     )

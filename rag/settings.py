@@ -38,10 +38,26 @@ def config_path() -> Path:
 
 
 class EmbeddingSettings(BaseModel):
+    backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: the model runs here. openai: an OpenAI-compatible /embeddings "
+        "endpoint at base_url, shared by many workers (timeouts and retries as "
+        "generation's; changing the embedder rebuilds the index).",
+    )
     model: str = Field(
         "embeddinggemma-300m",
         description="Embedder: a registered name (see `rules doctor`), a local path to a "
-        "sentence-transformers model, or a hub name if you have a hub connection.",
+        "sentence-transformers model, or a hub name if you have a hub connection; with "
+        "backend openai, the model name the server knows.",
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8081/v1", description="backend openai: the server's API root."
+    )
+    query_prefix: str = Field(
+        "", description="backend openai: text put before each question (a model's prompt)."
+    )
+    passage_prefix: str = Field(
+        "", description="backend openai: text put before each passage (a model's prompt)."
     )
     batch_size: int = Field(16, ge=1, description="Passages embedded per batch.")
     precision: Precision = Field(
@@ -93,13 +109,13 @@ class GenerationSettings(BaseModel):
         description="backend openai: the server's API root (the URL before /chat/completions).",
     )
     timeout_s: float = Field(
-        60.0, gt=0, description="backend openai: longest wait for the server's next piece."
+        60.0, gt=0, description="openai backends: longest wait for the server's next piece."
     )
     retries: int = Field(
-        2, ge=0, description="backend openai: retries on 429, 5xx or no connection, backing off."
+        2, ge=0, description="openai backends: retries on 429, 5xx or no connection, backing off."
     )
     retry_backoff_s: float = Field(
-        0.5, ge=0, description="backend openai: the first retry's wait, doubled each time."
+        0.5, ge=0, description="openai backends: the first retry's wait, doubled each time."
     )
     n_ctx: int = Field(4096, ge=512, description="LLM context size in tokens.")
     threads: int = Field(2, ge=1, description="CPU threads for the LLM.")

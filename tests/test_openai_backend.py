@@ -46,6 +46,7 @@ class FakeServer:
     models: list[str] | None = field(default_factory=lambda: ["test-model"])
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    embedded: list[str] = field(default_factory=list)
 
     def reply_to(self, body: dict[str, Any]) -> Reply:
         self.bodies.append(body)
@@ -76,6 +77,15 @@ def _handler(fake: FakeServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/v1/embeddings":
+                fake.embedded.extend(body["input"])
+                vectors = FakeEmbedder()._encode(body["input"], query=False).tolist()
+                data = [{"index": i, "embedding": v} for i, v in enumerate(vectors)]
+                self._json(200, {"object": "list", "data": data[::-1]})  # any order: by index
+                return
+            if self.path != "/v1/chat/completions":
+                self._json(404, {"error": {"message": "Not Found"}})
+                return
             fake.headers.append(dict(self.headers))
             reply = fake.reply_to(body)
             time.sleep(reply.delay_s)
@@ -292,3 +302,39 @@ def test_an_api_worker_without_its_model_server_says_why_it_is_not_ready(
     failed = rf"failed to load: No model server answers at {url}"
     with pytest.raises(RuntimeError, match=failed), running(create_app(pipeline=down)):
         pass
+
+
+def test_an_embedding_server_builds_the_index_and_finds_passages(
+    fake: FakeServer, settings: Settings
+) -> None:
+    embedding = settings.embedding.model_copy(
+        update={
+            "backend": "openai",
+            "base_url": fake.url,
+            "model": "embed-model",
+            "query_prefix": "query: ",
+            "passage_prefix": "passage: ",
+        }
+    )
+    generation = settings.generation.model_copy(update={"backend": "extractive"})
+    served = settings.model_copy(update={"embedding": embedding, "generation": generation})
+    pipeline = Pipeline(served)
+    assert pipeline.embedder.name.startswith("openai:embed-model#")
+    pipeline.ensure_index()
+    manifest = pipeline.index_store().read_manifest()
+    assert manifest is not None and manifest["embedding_model"] == pipeline.embedder.name
+    question = "How much HP does each player start with?"
+    answer = pipeline.ask(question, "suros")
+    assert answer.quotes and "HP" in answer.answer
+    assert f"query: {question}" in fake.embedded
+    passages = [t for t in fake.embedded if t.startswith("passage: ")]
+    assert len(passages) > 100  # every passage of the four rulebooks, once
+
+
+def test_an_embedding_server_without_embeddings_is_one_clear_line(fake: FakeServer) -> None:
+    from rag.openai_api import OpenAIEmbedder
+
+    fake.models = None
+    embedder = OpenAIEmbedder(OpenAIServer(f"{fake.url}/no-such-root"), "embed-model")
+    with pytest.raises(ModelError, match=r"answered HTTP 404: Not Found\. Check base_url"):
+        embedder.embed_query("hello")
