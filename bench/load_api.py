@@ -55,16 +55,26 @@ def bench_settings(home: Path, backend: str, concurrency: int) -> Settings:
 
 
 def load(
-    url: str, bodies: list[dict[str, Any]], requests: int, concurrency: int, max_seconds: float
+    url: str,
+    bodies: list[dict[str, Any]],
+    requests: int,
+    concurrency: int,
+    max_seconds: float,
+    *,
+    new_connections: bool = False,
 ) -> dict[str, Any]:
+    """`new_connections`: each request on a connection of its own, as from many visitors
+    (several server processes share a socket, and a kept connection stays with one)."""
     numbers = itertools.count()
+    # A client sends one request at a time: one kept connection is all it uses.
+    limits = httpx.Limits(max_keepalive_connections=0 if new_connections else 1)
     lock = threading.Lock()
     latencies: list[float] = []
     statuses: Counter[str] = Counter()
     deadline = time.monotonic() + max_seconds
 
     def client() -> None:
-        with httpx.Client(base_url=url, timeout=max_seconds + 60) as http:
+        with httpx.Client(base_url=url, timeout=max_seconds + 60, limits=limits) as http:
             while time.monotonic() < deadline:
                 with lock:
                     n = next(numbers)
