@@ -1,6 +1,8 @@
 """Per-conversation history kept by the server: bounded, least-recently-used, expiring.
 
-One lock guards the store, so concurrent requests never see a half-updated conversation
+The store a worker uses is chosen by the settings (api/shared_state.py): in this process's
+memory, or shared by every worker (SQLite, Redis), so a follow-up may land on any worker.
+Each store is atomic per call, so concurrent requests never see a half-updated conversation
 and never get another conversation's turns. Histories are handed out as tuples (immutable).
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +25,23 @@ class _Conversation:
     used_at: float
 
 
-class ConversationStore:
+class ConversationStore(ABC):
+    @staticmethod
+    def new_id() -> str:
+        return "c_" + secrets.token_urlsafe(12)
+
+    @abstractmethod
+    def history(self, conversation_id: str) -> tuple[Turn, ...]:
+        """The conversation's recent turns, oldest first; empty if unknown or expired."""
+
+    @abstractmethod
+    def append(self, conversation_id: str, turn: Turn) -> None:
+        """Add a turn, keep the last `max_turns`, and mark the conversation used."""
+
+
+class MemoryConversationStore(ConversationStore):
+    """In this process's memory: one worker's conversations."""
+
     def __init__(
         self,
         *,
@@ -38,12 +57,7 @@ class ConversationStore:
         self._items: OrderedDict[str, _Conversation] = OrderedDict()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def new_id() -> str:
-        return "c_" + secrets.token_urlsafe(12)
-
     def history(self, conversation_id: str) -> tuple[Turn, ...]:
-        """The conversation's recent turns, oldest first; empty if unknown or expired."""
         with self._lock:
             self._expire()
             found = self._items.get(conversation_id)

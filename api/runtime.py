@@ -9,12 +9,12 @@ from typing import Literal
 
 import anyio
 
-from api.conversations import ConversationStore
 from api.errors import ApiError, retry_later
 from api.runner import ModelRunner
 from api.schemas import ModelsState, Readiness
 from api.security import ApiKeys, RateLimiter
 from api.service import AskService
+from api.shared_state import open_state
 from rag.errors import RulekeeperError
 from rag.pipeline import Pipeline
 from rag.settings import Settings
@@ -44,18 +44,14 @@ class Runtime:
         runner = ModelRunner(api.queue_size)
         # Rule text alone needs no LLM: its own lane, so it never waits behind the model.
         quoting = ModelRunner(api.queue_size) if api.rule_text_when_busy else None
-        conversations = ConversationStore(
-            max_conversations=api.max_conversations,
-            ttl_s=api.conversation_ttl_s,
-            max_turns=api.conversation_turns,
-        )
+        shared = open_state(settings)  # conversations and limits every worker sees
         return cls(
             settings=settings,
             pipeline=pipeline,
-            service=AskService(pipeline, runner, conversations, api, quoting),
+            service=AskService(pipeline, runner, shared.conversations, api, quoting),
             keys=ApiKeys.configured(api),
-            visitor_limiter=RateLimiter(api.rate_limit_per_minute),
-            key_limiter=RateLimiter(api.key_rate_limit_per_minute),
+            visitor_limiter=shared.visitor_limiter,
+            key_limiter=shared.key_limiter,
         )
 
     async def warm_up(self) -> None:

@@ -1,6 +1,6 @@
 """Optional API keys (constant-time check): secret keys for servers, publishable keys bound
-to their pages' origins; token-bucket rate limits per visitor and per key; and a limit on
-request bodies."""
+to their pages' origins; token-bucket rate limits per visitor and per key (the buckets kept
+in memory here, or shared by workers: api/shared_state.py); and a limit on request bodies."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import hmac
 import math
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -148,8 +149,31 @@ def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> b
     return any(ip in network for network in trusted)
 
 
-class RateLimiter:
+def spend_token(
+    tokens: float, at: float, now: float, capacity: float, rate: float
+) -> tuple[float, float]:
+    """A token bucket holding `tokens` at time `at`, refilled at `rate` a second up to
+    `capacity`, asked for one token at `now`: (tokens left, seconds until one is due)."""
+    tokens = min(capacity, tokens + max(0.0, now - at) * rate)
+    if tokens >= 1.0:
+        return tokens - 1.0, 0.0
+    return tokens, (1.0 - tokens) / rate
+
+
+class RateLimiter(ABC):
     """Token bucket per client: `per_minute` tokens, refilled evenly, bursts up to that."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.capacity = float(per_minute)
+        self.rate = per_minute / 60.0  # tokens per second
+
+    @abstractmethod
+    def take(self, client: str) -> float:
+        """Spend a token; returns 0 if allowed, else the seconds until a token is due."""
+
+
+class MemoryRateLimiter(RateLimiter):
+    """Buckets in this process's memory: a limit per worker."""
 
     def __init__(
         self,
@@ -158,24 +182,17 @@ class RateLimiter:
         max_clients: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._capacity = float(per_minute)
-        self._rate = per_minute / 60.0  # tokens per second
+        super().__init__(per_minute)
         self._max_clients = max_clients
         self._clock = clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
         self._lock = threading.Lock()
 
     def take(self, client: str) -> float:
-        """Spend a token; returns 0 if allowed, else the seconds until a token is due."""
         with self._lock:
             now = self._clock()
-            tokens, at = self._buckets.pop(client, (self._capacity, now))
-            tokens = min(self._capacity, tokens + (now - at) * self._rate)
-            wait = 0.0
-            if tokens >= 1.0:
-                tokens -= 1.0
-            else:
-                wait = (1.0 - tokens) / self._rate
+            tokens, at = self._buckets.pop(client, (self.capacity, now))
+            tokens, wait = spend_token(tokens, at, now, self.capacity, self.rate)
             self._buckets[client] = (tokens, now)
             if len(self._buckets) > self._max_clients:
                 self._buckets.popitem(last=False)  # the least recently seen client

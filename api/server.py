@@ -19,7 +19,8 @@ PROXY_HEADERS = False
 
 def serve(host: str, port: int, workers: int) -> None:
     """Serve until interrupted. Each worker process builds its own pipeline (index, models)
-    and keeps its own conversations, rate limits and model queue."""
+    and model queue; conversations and rate limits are in the shared state store
+    (api/shared_state.py), so any worker continues any conversation."""
     uvicorn.run(
         "api.app:create_app",
         factory=True,

@@ -86,9 +86,19 @@ def bench_settings(
 
 
 def load(
-    url: str, bodies: list[dict[str, Any]], requests: int, concurrency: int, max_seconds: float
+    url: str,
+    bodies: list[dict[str, Any]],
+    requests: int,
+    concurrency: int,
+    max_seconds: float,
+    *,
+    new_connections: bool = False,
 ) -> dict[str, Any]:
+    """`new_connections`: each request on a connection of its own, as from many visitors
+    (several server processes share a socket, and a kept connection stays with one)."""
     numbers = itertools.count()
+    # A client sends one request at a time: one kept connection is all it uses.
+    limits = httpx.Limits(max_keepalive_connections=0 if new_connections else 1)
     lock = threading.Lock()
     latencies: list[float] = []
     statuses: Counter[str] = Counter()
@@ -97,7 +107,7 @@ def load(
 
     def client() -> None:
         nonlocal rule_text_only
-        with httpx.Client(base_url=url, timeout=max_seconds + 60) as http:
+        with httpx.Client(base_url=url, timeout=max_seconds + 60, limits=limits) as http:
             while time.monotonic() < deadline:
                 with lock:
                     n = next(numbers)

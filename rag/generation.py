@@ -1,10 +1,11 @@
 """Generators: the model behind an answer's selection and conclusion.
 
-Two backends behind one interface. The extractive backend runs no model: an answer is its
+Backends behind one interface. The extractive backend runs no model: an answer is its
 quote layer alone (the candidate sentences closest to the question, verbatim). A local GGUF
 model through llama-cpp-python adds what the answering stages ask of it: which candidate
 sentences answer the question, and a conclusion, each reply shaped by a JSON schema that
-llama.cpp turns into a grammar, so its form cannot go wrong.
+llama.cpp turns into a grammar, so its form cannot go wrong. The openai backend
+(rag/openai_api.py) asks the same of a model behind an OpenAI-compatible server.
 """
 
 from __future__ import annotations
@@ -219,6 +220,10 @@ def make_generator(settings: Settings) -> Generator:
         return ExtractiveGenerator()
     if backend == "llama":
         return make_llama_generator(settings)
+    if backend == "openai":
+        from rag.openai_api import make_openai_generator  # httpx loads only for this backend
+
+        return make_openai_generator(settings)
     try:
         llama = make_llama_generator(settings)
     except ModelError:

@@ -38,10 +38,26 @@ def config_path() -> Path:
 
 
 class EmbeddingSettings(BaseModel):
+    backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: the model runs here. openai: an OpenAI-compatible /embeddings "
+        "endpoint at base_url, shared by many workers (timeouts and retries as "
+        "generation's; changing the embedder rebuilds the index).",
+    )
     model: str = Field(
         "embeddinggemma-300m",
         description="Embedder: a registered name (see `rules doctor`), a local path to a "
-        "sentence-transformers model, or a hub name if you have a hub connection.",
+        "sentence-transformers model, or a hub name if you have a hub connection; with "
+        "backend openai, the model name the server knows.",
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8081/v1", description="backend openai: the server's API root."
+    )
+    query_prefix: str = Field(
+        "", description="backend openai: text put before each question (a model's prompt)."
+    )
+    passage_prefix: str = Field(
+        "", description="backend openai: text put before each passage (a model's prompt)."
     )
     batch_size: int = Field(16, ge=1, description="Passages embedded per batch.")
     precision: Precision = Field(
@@ -77,10 +93,30 @@ class RetrievalSettings(BaseModel):
 
 
 class GenerationSettings(BaseModel):
-    backend: Literal["auto", "llama", "extractive"] = Field(
-        "auto", description="auto: the LLM when its model file is present, else extractive."
+    backend: Literal["auto", "llama", "extractive", "openai"] = Field(
+        "auto",
+        description="auto: the LLM when its model file is present, else extractive. openai: "
+        "an OpenAI-compatible chat server at base_url (llama.cpp's server, Ollama, vLLM), "
+        "its key in RULEKEEPER_OPENAI_API_KEY or OPENAI_API_KEY.",
     )
-    model: str = Field("qwen2.5-1.5b-instruct", description="GGUF model: registered name or path.")
+    model: str = Field(
+        "qwen2.5-1.5b-instruct",
+        description="GGUF model: registered name or path; with backend openai, the model "
+        "name the server knows.",
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8080/v1",
+        description="backend openai: the server's API root (the URL before /chat/completions).",
+    )
+    timeout_s: float = Field(
+        60.0, gt=0, description="openai backends: longest wait for the server's next piece."
+    )
+    retries: int = Field(
+        2, ge=0, description="openai backends: retries on 429, 5xx or no connection, backing off."
+    )
+    retry_backoff_s: float = Field(
+        0.5, ge=0, description="openai backends: the first retry's wait, doubled each time."
+    )
     n_ctx: int = Field(4096, ge=512, description="LLM context size in tokens.")
     threads: int = Field(2, ge=1, description="CPU threads for the LLM.")
     # Greedy decoding (0) degenerated into runs of markers on more gold questions than 0.1
@@ -179,9 +215,25 @@ class ApiSettings(BaseModel):
         3600.0, gt=0, description="A conversation unused this long is forgotten."
     )
     max_conversations: int = Field(
-        1000, ge=1, description="Conversations kept per worker; the least recently used go."
+        1000, ge=1, description="Conversations kept; the least recently used go."
     )
     conversation_turns: int = Field(8, ge=1, description="Turns kept per conversation.")
+    state_store: Literal["sqlite", "memory"] = Field(
+        "sqlite",
+        description="Where conversations and rate limits are kept: sqlite, a file in HOME "
+        "shared by every worker on this machine; memory, each worker its own. redis_url, "
+        "when set, overrides it.",
+    )
+    state_file: Path | None = Field(
+        None,
+        description="The sqlite state store's file; default HOME/api-state.sqlite3 (set it "
+        "when HOME is shipped read-only).",
+    )
+    redis_url: str | None = Field(
+        None,
+        description="A Redis server shared by workers on several machines, e.g. "
+        "redis://cache.internal:6379/0 (the redis package: pip install 'rulekeeper[redis]').",
+    )
     chat_sources: bool = Field(
         True,
         description="OpenAI-compatible chat: end the message with its sources (section and "

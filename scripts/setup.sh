@@ -105,21 +105,40 @@ fi
 done_section
 
 # ---------------------------------------------------------------------------------------
+# Debian packages, as root or through a password-less sudo; false when they cannot be had.
+APT_UPDATED=0
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || return 1
+  local sudo=()
+  if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then sudo=(sudo -n); fi
+  if [[ "$APT_UPDATED" == 0 ]]; then
+    "${sudo[@]}" apt-get update -qq || return 1
+    APT_UPDATED=1
+  fi
+  "${sudo[@]}" apt-get install -y -qq "$@" >/dev/null
+}
+
 section "Chromium for the browser tests"
 # Playwright drives the system Chromium; `playwright install` would download a browser
 # build from outside the package registries, which is not reachable here.
 if [[ -x /usr/bin/chromium ]]; then
   echo "    already installed"
-elif command -v apt-get >/dev/null 2>&1; then
-  SUDO=()
-  if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then SUDO=(sudo -n); fi
-  if "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" apt-get install -y -qq chromium chromium-driver >/dev/null; then
-    echo "    installed $(/usr/bin/chromium --version 2>/dev/null || echo chromium)"
-  else
-    warn "could not install chromium with apt-get; the browser tests will be skipped."
-  fi
+elif apt_install chromium chromium-driver; then
+  echo "    installed $(/usr/bin/chromium --version 2>/dev/null || echo chromium)"
 else
-  warn "no /usr/bin/chromium and no apt-get; the browser tests will be skipped."
+  warn "could not install chromium with apt-get; the browser tests will be skipped."
+fi
+done_section
+
+# ---------------------------------------------------------------------------------------
+section "redis-server for the shared-state tests"
+# Tests start their own redis-server on a free loopback port; no system service is used.
+if command -v redis-server >/dev/null 2>&1; then
+  echo "    already installed"
+elif apt_install redis-server; then
+  echo "    installed $(redis-server --version | cut -d' ' -f1-3)"
+else
+  warn "could not install redis-server with apt-get; the Redis tests will be skipped."
 fi
 done_section
 

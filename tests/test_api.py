@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from api.conversations import ConversationStore
-from api.security import ApiKeys, RateLimiter
+from api.conversations import MemoryConversationStore
+from api.security import ApiKeys, MemoryRateLimiter
 from rag.contents import table_of_contents
 from rag.errors import InputError
 from rag.generation import Generator
@@ -762,7 +762,7 @@ class Clock:
 
 def test_conversations_are_bounded_least_recently_used_and_expire() -> None:
     clock = Clock()
-    store = ConversationStore(max_conversations=2, ttl_s=60, max_turns=2, clock=clock)
+    store = MemoryConversationStore(max_conversations=2, ttl_s=60, max_turns=2, clock=clock)
     for n in range(3):
         store.append("a", Turn(f"q{n}", f"a{n}", "suros"))
     assert [t.question for t in store.history("a")] == ["q1", "q2"]  # the last two turns
@@ -775,7 +775,7 @@ def test_conversations_are_bounded_least_recently_used_and_expire() -> None:
 
 
 def test_conversations_under_concurrent_writers() -> None:
-    store = ConversationStore(max_conversations=100, ttl_s=60, max_turns=50)
+    store = MemoryConversationStore(max_conversations=100, ttl_s=60, max_turns=50)
 
     def write(n: int) -> None:
         for i in range(50):
@@ -789,7 +789,7 @@ def test_conversations_under_concurrent_writers() -> None:
 
 def test_rate_limiter_refills_evenly() -> None:
     clock = Clock()
-    limiter = RateLimiter(6, clock=clock)  # one token every 10 s, bursts of 6
+    limiter = MemoryRateLimiter(6, clock=clock)  # one token every 10 s, bursts of 6
     assert all(limiter.take("a") == 0 for _ in range(6))
     assert limiter.take("a") == pytest.approx(10)
     assert limiter.take("b") == 0

@@ -18,10 +18,11 @@ app = typer.Typer(help="Registered models: list them, fetch them.", no_args_is_h
 
 
 def configured_models(settings: Settings) -> list[str]:
-    """The registered models the settings use: the embedder, and the LLM unless answers are
-    extractive. Models named by a path are the user's own and are not fetched."""
-    names = [settings.embedding.model]
-    if settings.generation.backend != "extractive":
+    """The registered models the settings run here: the embedder unless a server embeds, and
+    the LLM unless answers are extractive or come from a server. Models named by a path are
+    the user's own and are not fetched."""
+    names = [settings.embedding.model] if settings.embedding.backend == "local" else []
+    if settings.generation.backend in ("auto", "llama"):
         names.append(settings.generation.model)
     return [name for name in names if name in REGISTRY]
 

