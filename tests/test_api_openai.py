@@ -1,8 +1,8 @@
 """The OpenAI-compatible routes as a standard chat client sees them, over a live server.
 
-The `openai` package is not installed in this environment, so these tests speak its wire
-protocol with httpx: what they check is what the package parses (content, usage, error shape,
-`data: [DONE]`).
+These tests speak the wire protocol with httpx, byte by byte (usage in a stream, the error
+shape, `data: [DONE]`); tests/test_api_openai_client.py drives the same routes with the
+real `openai` package.
 """
 
 from __future__ import annotations
