@@ -145,7 +145,7 @@ class GenerationSettings(BaseModel):
         3, ge=1, description="Most sentences quoted: selected by the LLM, else the closest."
     )
     min_sentence_score: float = Field(
-        0.46,
+        0.39,
         description="Below this cosine similarity between the question and its closest "
         "sentence the rulebook is taken as silent (set for the default embedder on the gold "
         "set: eval/RESULTS.md); 0: never.",
