@@ -61,6 +61,16 @@ def page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
+def asked_bodies(page: Any) -> list[dict[str, Any]]:
+    """The JSON body of every question the page sends, in order, as it sends them."""
+    bodies: list[dict[str, Any]] = []
+    page.on(
+        "request",
+        lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/ask/stream") else None,
+    )
+    return bodies
+
+
 def open_demo(page: Any, url: str) -> None:
     page.goto(f"{url}/demo")
     page.wait_for_selector(".rk-game option[value=suros]", state="attached")
@@ -164,11 +174,7 @@ def test_model_and_user_text_is_never_html(
 def test_follow_ups_keep_the_conversation_and_errors_show(
     page: Any, serve_api: Any, pipeline: Pipeline
 ) -> None:
-    bodies: list[dict[str, Any]] = []
-    page.on(
-        "request",
-        lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/ask/stream") else None,
-    )
+    bodies = asked_bodies(page)
     open_demo(page, serve_api(pipeline))
     ask(page, "How do I win?", game="")  # no game named: the server lists the games
     page.wait_for_selector(".rk-status.rk-error")
@@ -226,11 +232,7 @@ def test_the_game_that_answered_shows_with_the_citations(
 def test_a_new_game_or_topic_starts_a_new_conversation(
     page: Any, serve_api: Any, pipeline: Pipeline
 ) -> None:
-    bodies: list[dict[str, Any]] = []
-    page.on(
-        "request",
-        lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/ask/stream") else None,
-    )
+    bodies = asked_bodies(page)
 
     def answered(question: str, game: str) -> None:
         ask(page, question, game)
