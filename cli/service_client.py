@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
@@ -120,17 +120,8 @@ class ServiceClient:
 
 
 def _chunk(section: dict[str, Any]) -> Chunk:
-    return Chunk(
-        id=section["id"],
-        game=section["game"],
-        section=tuple(section["section"]),
-        text=section["text"],
-        lang=section["lang"],
-        start=section["start"],
-        end=section["end"],
-        page=section["page"],
-        kind=section["kind"],
-    )
+    """A passage of the sections API as the chunk it was (its extra fields left out)."""
+    return Chunk.from_dict({f.name: section[f.name] for f in fields(Chunk)})
 
 
 def _raise_for_error(response: httpx.Response) -> None:
