@@ -111,7 +111,7 @@ class Pipeline:
 
     def _make_answerer(self, generator: Generator) -> Answerer:
         gen = self.settings.generation
-        return Answerer(CandidateSelector(self.embedder, gen.evidence_sentences), generator, gen)
+        return Answerer(CandidateSelector(self.embedder), generator, gen)
 
     @property
     def generator(self) -> Generator:

@@ -135,14 +135,17 @@ class GenerationSettings(BaseModel):
         "step (llama.cpp); 0: off.",
     )
     passages: int = Field(5, ge=1, description="Top passages the candidate sentences come from.")
-    evidence_sentences: int = Field(
-        8,
-        ge=1,
-        description="Candidate sentences closest to the question: the LLM selects among "
-        "them (prompt reading dominates latency) and quotes come from them.",
-    )
     quotes: int = Field(
-        3, ge=1, description="Most sentences quoted: selected by the LLM, else the closest."
+        5,
+        ge=1,
+        description="Most sentences quoted, the closest to the question of the one passage "
+        "that answers best; the LLM selects among them.",
+    )
+    quote_rank_weight: float = Field(
+        0.02,
+        ge=0.0,
+        description="Which passage is quoted: its closest sentence's similarity, less this "
+        "for each place the passage ranks below the first in retrieval.",
     )
     min_sentence_score: float = Field(
         0.39,

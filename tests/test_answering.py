@@ -290,17 +290,21 @@ def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Se
     assert generator.prompts == []  # the model was not asked
 
 
-def test_the_llm_selection_chooses_the_quotes(settings: Settings) -> None:
-    generator = ScriptedGenerator(selections=['{"ids": [3]}'])
+def test_the_llm_selection_chooses_what_the_conclusion_rests_on(settings: Settings) -> None:
+    generator = ScriptedGenerator(selections=['{"ids": [2]}'])
     pipeline = scripted_pipeline_with(settings, generator)
     events = list(pipeline.ask_stream("What is the hand limit?", "Maximum Apocalypse"))
     quote_events = [e for e in events if e.kind == "quotes"]
     answer = events[-1].answer
-    assert answer is not None and len(answer.quotes) == 1
+    assert answer is not None and len(answer.quotes) > 1
     listed = generator.prompts[0].messages[-1]["content"].splitlines()
-    third = next(line for line in listed if line.startswith("3. "))
-    assert third.endswith(answer.quotes[0].text)
-    assert quote_events[-1].quotes == tuple(answer.quotes)  # the narrowed rule text was sent
+    second = next(line for line in listed if line.startswith("2. "))
+    others = [line for line in listed if line[:1].isdigit() and line is not second]
+    conclusion_prompt = generator.prompts[1].messages[-1]["content"]
+    assert second.split(") ", 1)[1] in conclusion_prompt
+    assert not any(line.split(") ", 1)[1] in conclusion_prompt for line in others)
+    # every quote stays shown: the rule text sent first is the rule text of the answer
+    assert [e.quotes for e in quote_events] == [tuple(answer.quotes)]
 
 
 def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quotes(
@@ -315,10 +319,12 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
     answer = events[-1].answer
     assert answer is not None and answer.lang == "zh"
     assert [p.task for p in generator.prompts] == ["select", "translate", "conclude"]
-    assert answer.quotes[0].translation == "手牌上限译文"
+    selected = generator.prompts[1].question  # the sentence translated: the one selected
+    assert [q.translation for q in answer.quotes if q.text == selected] == ["手牌上限译文"]
+    assert all(q.translation is None for q in answer.quotes if q.text != selected)
     assert "译文: 手牌上限译文" in answer.answer and "规则原文" in answer.answer
     translated = [e for e in events if e.kind == "quotes"][-1]
-    assert translated.quotes[0].translation == "手牌上限译文"  # sent before the conclusion
+    assert translated.quotes == tuple(answer.quotes)  # sent before the conclusion
     assert "(手牌上限译文)" in generator.prompts[2].messages[-1]["content"]
     assert answer.conclusion == "手牌上限译文。"  # restates the rendering: checkable
 

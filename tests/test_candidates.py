@@ -1,6 +1,7 @@
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
-from rag.answering.candidates import CandidateSelector
+from rag.answering.candidates import CandidateSelector, Sentence
+from rag.answering.quotes import deciding_sentences
 from rag.pipeline import Pipeline
 from rag.settings import Settings
 
@@ -21,30 +22,51 @@ class CountingEmbedder(FakeEmbedder):
         return super().embed_passages(texts, batch_size, progress)
 
 
-def test_the_closest_sentences_are_chosen_best_first() -> None:
-    chosen = CandidateSelector(FakeEmbedder(), sentences=2).choose("stunned monster activate", HITS)
-    assert [s.text for s in chosen] == [
+def test_sentences_are_ranked_closest_first() -> None:
+    ranked = CandidateSelector(FakeEmbedder()).rank("stunned monster activate", HITS)
+    assert [s.text for s in ranked[:2]] == [
         "A stunned monster does not activate this turn.",
         "Monsters activate from left to right.",
     ]
-    assert chosen[0].score >= chosen[1].score
+    assert [s.score for s in ranked] == sorted((s.score for s in ranked), reverse=True)
+    assert len(ranked) == 6  # "Setup is quick." is kept: 15 characters
 
 
 def test_sentence_vectors_are_computed_once_per_passage() -> None:
     embedder = CountingEmbedder()
-    selector = CandidateSelector(embedder, sentences=3)
-    selector.choose("hand limit", HITS)
-    selector.choose("monsters", HITS)
+    selector = CandidateSelector(embedder)
+    selector.rank("hand limit", HITS)
+    selector.rank("monsters", HITS)
     assert embedder.passage_batches == len(HITS)
 
 
-def test_the_llm_reads_only_the_candidate_sentences(settings: Settings) -> None:
+def _sentence(passage: int, position: int, score: float) -> Sentence:
+    hit = HITS[passage]
+    return Sentence(hit, passage, position, f"sentence {position} of {hit.chunk.id}", score)
+
+
+def test_quotes_come_from_the_one_passage_whose_closest_sentence_is_best() -> None:
+    ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(1, 1, 0.60),
+              _sentence(0, 0, 0.50), _sentence(1, 2, 0.40)]  # fmt: skip
+    chosen = deciding_sentences(ranked, most=2, rank_weight=0.0)
+    assert [(s.passage, s.position) for s in chosen] == [(1, 0), (1, 1)]
+
+
+def test_a_lower_ranked_passage_must_be_closer_by_the_rank_weight() -> None:
+    ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(0, 0, 0.50)]
+    assert {s.passage for s in deciding_sentences(ranked, 5, rank_weight=0.1)} == {0}
+    assert {s.passage for s in deciding_sentences(ranked, 5, rank_weight=0.01)} == {1}
+    assert deciding_sentences([], 5, rank_weight=0.1) == []
+
+
+def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:
     generator = ScriptedGenerator()
     pipeline = Pipeline(settings, embedder=FakeEmbedder(), generator=generator)
     answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
     selection = generator.prompts[0].messages[-1]["content"]
     listed = [line for line in selection.splitlines() if line[:1].isdigit()]
-    assert 0 < len(listed) <= settings.generation.evidence_sentences
+    assert len(listed) == len(answer.quotes) <= settings.generation.quotes
+    assert all(any(q.text in line for line in listed) for q in answer.quotes)
     whole_texts = [hit.chunk.text for hit in answer.passages]
     assert not any(text in selection for text in whole_texts if len(text) > 300)
 

@@ -152,15 +152,14 @@ def test_chinese_question_retrieves_english_passage_with_real_embedder(
 
 
 @pytest.mark.real_models
-def test_chinese_question_picks_the_deciding_english_sentence_as_a_candidate(
+def test_chinese_question_quotes_the_deciding_english_sentence(
     real_settings: Settings,
 ) -> None:
     pipe = Pipeline(real_settings)
-    question = "什么时候不能进行潜行判定？"
-    _, hits = pipe.retrieve(question, "末日启示录", k=5)
-    chosen = pipe.answerer.candidates.choose(question, hits)
-    assert len(chosen) == real_settings.generation.evidence_sentences
-    assert any("DO NOT have any monster cards attached" in s.text for s in chosen)
+    events = list(pipe.ask_stream("什么时候不能进行潜行判定？", "末日启示录", conclude=False))
+    quotes = events[-1].answer.quotes if events[-1].answer else []
+    assert any("DO NOT have any monster cards attached" in q.text for q in quotes)
+    assert len({q.chunk_id for q in quotes}) == 1  # all from the passage that answers best
 
 
 @pytest.mark.real_models

@@ -1,10 +1,11 @@
 """The answering stages in the order a question flows through them.
 
-passages -> candidates (the sentences closest to the question; none close enough: the
-rulebook is silent) -> quotes (verbatim, shown at once) -> selection (the LLM names the
-sentences that answer; none: the rulebook is silent) -> translation (for a question in
+passages -> candidates (their sentences, closest to the question first; none close
+enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
+answers best, verbatim, shown at once) -> selection (the LLM names the quoted sentences
+that answer; none: the rulebook is silent) -> translation (of those, for a question in
 another language) -> conclusion (the LLM answers from the selected quotes alone) -> checks
--> assembly.
+-> assembly (every quote shown, the conclusion only when it passed).
 With the extractive backend no model runs: the quotes are the answer.
 """
 
@@ -23,12 +24,15 @@ from rag.answering.checks import (
     strip_markers,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
-from rag.answering.quotes import make_quotes
+from rag.answering.quotes import deciding_sentences, make_quotes
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import Translator
 from rag.generation import Generator
 from rag.settings import GenerationSettings
 from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
+
+# Most quoted sentences the conclusion rests on: fewer, the shorter its prompt.
+MOST_CHOSEN = 3
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class Answerer:
         """Quotes first, then the conclusion's draft tokens, then the final answer (whose
         `timings.generate_s` is the time spent on the model)."""
         started = time.perf_counter()
-        ranked = self.candidates.choose(question.in_context, hits[: self.settings.passages])
+        ranked = self.candidates.rank(question.in_context, hits[: self.settings.passages])
         if ranked and ranked[0].score < self.settings.min_sentence_score:
             far = Check(
                 "closeness",
@@ -67,77 +71,80 @@ class Answerer:
             )
             yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
             return
-        closest, quote_check = make_quotes(ranked[: self.settings.quotes])
-        if not closest:
+        deciding = deciding_sentences(ranked, self.settings.quotes, self.settings.quote_rank_weight)
+        quotes, quote_check = make_quotes(deciding)
+        if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
             return
-        yield _quotes_event(closest, question.lang)
+        yield _quotes_event(quotes, question.lang)
         if not self.generator.writes:
-            yield StreamEvent("answer", answer=self._answer(question, hits, closest, [quote_check]))
+            yield StreamEvent("answer", answer=self._answer(question, hits, quotes, [quote_check]))
             return
-        chosen, selection_check = self._select(question, ranked)
+        chosen, selection_check = self._select(question, deciding)
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
-            quotes, quote_check = make_quotes(chosen)
+            basis, _ = make_quotes(chosen)
             checks = [quote_check, selection_check]
-            if quotes != closest:
-                yield _quotes_event(quotes, question.lang)
             if question.lang != chosen[0].hit.chunk.lang:
-                quotes, translation_check = self.translator.translate(quotes, question.lang)
+                basis, translation_check = self.translator.translate(basis, question.lang)
                 checks.append(translation_check)
+                quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
             reply: list[str] = []
             prompt = conclusion_prompt(
                 question.text,
                 question.lang,
-                quotes,
+                basis,
                 game_title=question.game.title,
                 earlier_question=question.earlier,
             )
             for text in stream_conclusion(self.generator.stream(prompt), reply):
                 yield StreamEvent("token", text=text)
-            answer = self._concluded(question, hits, quotes, "".join(reply), checks)
+            answer = self._concluded(question, hits, quotes, basis, "".join(reply), checks)
         answer.timings.generate_s = time.perf_counter() - started
         yield StreamEvent("answer", answer=answer)
 
     def _select(
-        self, question: Question, ranked: Sequence[Sentence]
+        self, question: Question, deciding: Sequence[Sentence]
     ) -> tuple[list[Sentence], Check]:
-        most = self.settings.quotes
+        """The quoted sentences the conclusion rests on, chosen by the LLM."""
         prompt = selection_prompt(
             question.text,
             question.lang,
-            ranked,
+            deciding,
             game_title=question.game.title,
-            most=most,
+            most=MOST_CHOSEN,
             earlier_question=question.earlier,
         )
-        ids = parse_selection(self.generator.complete(prompt), len(ranked), most)
+        ids = parse_selection(self.generator.complete(prompt), len(deciding), MOST_CHOSEN)
         if ids is None:
-            return list(ranked[:most]), Check(
-                "selection", False, "reply named no sentence; the closest are quoted"
+            return list(deciding[:MOST_CHOSEN]), Check(
+                "selection", False, "reply named no sentence; the closest are concluded from"
             )
         if not ids:
             return [], Check("selection", True, "no candidate sentence answers the question")
-        return [ranked[i - 1] for i in ids], Check("selection", True, f"sentences {ids}")
+        return [deciding[i - 1] for i in ids], Check("selection", True, f"sentences {ids}")
 
     def _concluded(
         self,
         question: Question,
         hits: list[Hit],
         quotes: list[Quote],
+        basis: list[Quote],
         reply: str,
         checks: list[Check],
     ) -> Answer:
+        """The answer showing `quotes`, concluded from `basis` (the selected ones) when the
+        conclusion passes the checks against them."""
         conclusion, marker_check = strip_markers(
-            parse_conclusion(reply, question.text, question.lang), [q.n for q in quotes]
+            parse_conclusion(reply, question.text, question.lang), [q.n for q in basis]
         )
         checks.append(marker_check)
         if conclusion:
             checks += [
-                numbers_check(conclusion, quotes),
-                negation_check(conclusion, quotes),
+                numbers_check(conclusion, basis),
+                negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
             ]
         else:
@@ -176,6 +183,12 @@ class Answerer:
         return not_covered_answer(
             question.text, question.game.slug, question.lang, hits, self.generator.name, checks
         )
+
+
+def _with_translations(quotes: Sequence[Quote], translated: Sequence[Quote]) -> list[Quote]:
+    """The quotes, each with its rendering where one was made (the selected ones)."""
+    renderings = {(q.chunk_id, q.text): q for q in translated}
+    return [renderings.get((q.chunk_id, q.text), q) for q in quotes]
 
 
 def _quotes_event(quotes: Sequence[Quote], lang: Lang) -> StreamEvent:

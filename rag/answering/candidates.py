@@ -1,11 +1,11 @@
-"""Candidate sentences: the sentences of the retrieved passages closest to the question.
+"""Candidate sentences: the sentences of the retrieved passages, closest to the question first.
 
 The first stage of answering. Quotes are drawn from these sentences and the LLM selects
-among them, so it reads a few sentences instead of whole passages: on a 2-core CPU the wait
-before the first token is the prompt read (about 65 tokens/s), and a 1.5B model given fewer,
-closer sentences is distracted less. Sentences are compared with the question by the same
-multilingual embedder as retrieval, so a Chinese question picks English sentences. Each
-passage's sentence vectors are computed once per process.
+among the quoted ones, so it reads a few sentences instead of whole passages: on a 2-core
+CPU the wait before the first token is the prompt read (about 65 tokens/s), and a 1.5B
+model given fewer, closer sentences is distracted less. Sentences are compared with the
+question by the same multilingual embedder as retrieval, so a Chinese question picks
+English sentences. Each passage's sentence vectors are computed once per process.
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ class Sentence:
 
 
 class CandidateSelector:
-    def __init__(self, embedder: Embedder, sentences: int) -> None:
+    def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
-        self.sentences = sentences
         self._vectors: dict[str, tuple[list[str], np.ndarray]] = {}
         self._lock = threading.Lock()
 
@@ -64,13 +63,3 @@ class CandidateSelector:
                 for position, (text, score) in enumerate(zip(texts, scores, strict=True))
             )
         return sorted(ranked, key=lambda s: s.score, reverse=True)
-
-    def similarity(self, texts: Sequence[str], others: Sequence[str]) -> np.ndarray:
-        """Cosine similarity of each text with each other text: shape (texts, others)."""
-        return (
-            self.embedder.embed_passages(list(texts)) @ self.embedder.embed_passages(list(others)).T
-        )
-
-    def choose(self, question: str, hits: Sequence[Hit]) -> list[Sentence]:
-        """The `sentences` best sentences, best first."""
-        return self.rank(question, hits)[: self.sentences]
