@@ -23,6 +23,9 @@ log = logging.getLogger("rulekeeper.api")
 
 State = Literal["loading", "ready", "failed"]
 WARM_UP_QUESTION = "How do I set up the game?"
+# A failed warm-up is tried again after this wait, doubled each time up to the longest.
+WARM_UP_RETRY_S = 2.0
+WARM_UP_LONGEST_RETRY_S = 60.0
 
 
 @dataclass
@@ -56,14 +59,20 @@ class Runtime:
 
     async def warm_up(self) -> None:
         """Load (or build) the index and the models and warm them up, off the event loop;
-        /readyz turns 200 only then."""
-        try:
-            self.models = await anyio.to_thread.run_sync(self._load)
-            self.state = "ready"
-        except Exception as exc:
-            log.exception("the rulebook index or a model failed to load")
-            self.error = str(exc) if isinstance(exc, RulekeeperError) else "see the server log"
-            self.state = "failed"
+        /readyz turns 200 only then. A failure is retried, waiting longer each time: a
+        worker started before the inference server it uses becomes ready when it does."""
+        wait = WARM_UP_RETRY_S
+        while True:
+            try:
+                self.models = await anyio.to_thread.run_sync(self._load)
+                self.state, self.error = "ready", None
+                return
+            except Exception as exc:
+                log.exception("the rulebook index or a model failed to load; retrying")
+                self.error = str(exc) if isinstance(exc, RulekeeperError) else "see the server log"
+                self.state = "failed"
+            await anyio.sleep(wait)
+            wait = min(wait * 2, WARM_UP_LONGEST_RETRY_S)
 
     def _load(self) -> ModelsState:
         started = time.perf_counter()

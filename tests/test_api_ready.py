@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
+import pytest
 from conftest import FakeEmbedder
 from fastapi.testclient import TestClient
 from test_api import SUROS_Q
 
+from api import runtime
 from api.app import create_app
+from rag.errors import ModelError
 from rag.generation import ExtractiveGenerator, LlamaCppGenerator
 from rag.pipeline import Pipeline
 from rag.prompting import system_message
@@ -66,6 +69,37 @@ def test_ready_only_after_the_models_are_loaded_and_warmed(pipeline: Pipeline) -
         assert ready.json()["warm_up_s"] > 0
         timings = client.post("/v1/ask", json={"question": SUROS_Q}).json()["timings"]
         assert timings["load_s"] < 0.05 and timings["queue_s"] < 0.05
+
+
+def test_a_failed_warm_up_is_retried_until_it_succeeds(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class ServerNotUpYet(ExtractiveGenerator):
+        """Fails its first warm-up, as an inference server still starting does."""
+
+        def __init__(self) -> None:
+            self.attempts = 0
+
+        def warm_up(self) -> None:
+            self.attempts += 1
+            if self.attempts == 1:
+                raise ModelError("The model server at http://127.0.0.1:8080/v1 is not reachable.")
+
+    monkeypatch.setattr(runtime, "WARM_UP_RETRY_S", 1.0)
+    generator = ServerNotUpYet()
+    late = Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=generator)
+    with TestClient(create_app(pipeline=late)) as client:
+        deadline = time.monotonic() + 30
+        while (ready := client.get("/readyz")).json()["status"] == "loading":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        failed = ready.json()  # between the failure and the retry, a second later
+        assert ready.status_code == 503 and failed["status"] == "failed"
+        assert "not reachable" in failed["error"] and generator.attempts == 1
+        while (ready := client.get("/readyz")).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert generator.attempts == 2 and ready.json()["error"] is None
 
 
 def test_queue_time_is_accounted_for(

@@ -1,0 +1,132 @@
+"""Which sentences to quote: ways of choosing the rule text compared on gold sets, no LLM.
+
+For each answerable gold item the passages are retrieved and their sentences ranked by
+the embedder once; each way of choosing then quotes some of them, and the answer the quote
+layer would show is scored as `rules eval` scores it: key-fact recall (over the whole
+shown text) and citation precision (cited passages that hold the gold evidence).
+
+    python bench/quotes.py [--gold FILE ...] [--json]
+
+It runs against the index in the Rulekeeper home (RULEKEEPER_HOME), so a gold set about
+books added with `rules add` is measured where they were added. The closeness gate
+(`generation.min_sentence_score`) applies as in answers: an item it silences covers none
+of its key facts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from eval import DEFAULT_GOLD
+from eval.runner import GoldItem, format_value, load_gold
+from rag.answering.assembly import quoted_answer
+from rag.answering.candidates import Sentence
+from rag.answering.quotes import deciding_sentences, make_quotes
+from rag.lang import detect_lang
+from rag.metrics import facts_covered, ratio, supported_citations
+from rag.pipeline import Pipeline
+from rag.settings import load_settings
+from rag.types import Hit
+
+Choice = Callable[[Sequence[Sentence]], list[Sentence]]
+
+
+def closest_of_all(most: int) -> Choice:
+    """The closest sentences of all passages (the quote layer before session 6)."""
+    return lambda ranked: list(ranked[:most])
+
+
+def one_passage(most: int, rank_weight: float) -> Choice:
+    return lambda ranked: deciding_sentences(ranked, most, rank_weight)
+
+
+CHOICES: dict[str, Choice] = {
+    "closest 3 of all passages": closest_of_all(3),
+    "closest 5 of all passages": closest_of_all(5),
+    **{
+        f"one passage, {most} quotes, rank weight {weight}": one_passage(most, weight)
+        for most in (3, 5)
+        for weight in (0.0, 0.02, 0.05)
+    },
+}
+
+
+def _ranked(pipeline: Pipeline, item: GoldItem) -> tuple[str, list[Hit], list[Sentence]]:
+    game, hits = pipeline.retrieve(item.question, item.game)
+    gen = pipeline.settings.generation
+    ranked = pipeline.answerer.candidates.rank(item.question, hits[: gen.passages])
+    return game.slug, hits, ranked
+
+
+def _score(
+    rows: list[tuple[GoldItem, str, list[Hit], list[Sentence]]], choice: Choice, gate: float
+) -> dict[str, Any]:
+    facts: list[bool] = []
+    cited = supported = quoted = 0
+    for item, slug, hits, ranked in rows:
+        if not ranked or ranked[0].score < gate:
+            facts += [False] * len(item.key_facts)
+            continue
+        quotes, _ = make_quotes(choice(ranked))
+        lang = detect_lang(item.question)
+        answer = quoted_answer(
+            item.question, slug, lang, quotes=quotes, conclusion=None, withheld=False,
+            checks=[], hits=hits, backend="bench",
+        )  # fmt: skip
+        facts += facts_covered(answer.answer, item.key_facts)
+        cited += len(answer.citations)
+        supported += supported_citations((c.text for c in answer.citations), item.evidence)
+        quoted += len(quotes)
+    return {
+        "key_fact_recall": ratio(sum(facts), len(facts)),
+        "citation_precision": ratio(supported, cited),
+        "quotes_per_answer": ratio(quoted, len(rows)),
+        "passages_cited_per_answer": ratio(cited, len(rows)),
+    }
+
+
+def run(golds: Sequence[Path]) -> dict[str, Any]:
+    pipeline = Pipeline(load_settings())
+    gate = pipeline.settings.generation.min_sentence_score
+    report: dict[str, Any] = {"embedding_model": pipeline.embedder.name, "golds": {}}
+    for gold in golds:
+        rows = [(item, *_ranked(pipeline, item)) for item in load_gold(gold) if item.answerable]
+        report["golds"][str(gold)] = {
+            "items": len(rows),
+            "choices": {name: _score(rows, choice, gate) for name, choice in CHOICES.items()},
+        }
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"embedder {report['embedding_model']}"]
+    for gold, result in report["golds"].items():
+        lines += ["", f"gold {gold}: {result['items']} answerable items"]
+        lines.append(f"{'choice':<42}{'recall':>8}{'cite':>8}{'quotes':>8}{'cited':>8}")
+        for name, s in result["choices"].items():
+            figures = "".join(
+                f"{format_value(s[key]):>8}"
+                for key in ("key_fact_recall", "citation_precision", "quotes_per_answer",
+                            "passages_cited_per_answer")
+            )  # fmt: skip
+            lines.append(f"{name:<42}{figures}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
+    parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    args = parser.parse_args()
+    report = run(args.gold or [DEFAULT_GOLD])
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
