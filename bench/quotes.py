@@ -41,17 +41,18 @@ def closest_of_all(most: int) -> Choice:
     return lambda ranked: list(ranked[:most])
 
 
-def one_passage(most: int, rank_weight: float) -> Choice:
-    return lambda ranked: deciding_sentences(ranked, most, rank_weight)
+def one_passage(most: int, summed: int) -> Choice:
+    """The closest sentences of the passage whose `summed` closest sentences add up highest."""
+    return lambda ranked: deciding_sentences(ranked, most, summed)
 
 
 CHOICES: dict[str, Choice] = {
     "closest 3 of all passages": closest_of_all(3),
     "closest 5 of all passages": closest_of_all(5),
     **{
-        f"one passage, {most} quotes, rank weight {weight}": one_passage(most, weight)
+        f"one passage by its {summed} closest, {most} quotes": one_passage(most, summed)
         for most in (3, 5)
-        for weight in (0.0, 0.02, 0.05)
+        for summed in (1, 2, 3)
     },
 }
 

@@ -158,7 +158,7 @@ class SharedModels:
         embedder = _shared(self._embedders, embedding, lambda: embedder_for(settings))
         # The candidate and quote settings are read by the pipeline, not by the generator.
         generation = settings.generation.model_dump_json(
-            exclude={"passages", "quotes", "quote_rank_weight", "min_sentence_score"}
+            exclude={"passages", "quotes", "min_sentence_score"}
         )
         generator = _shared(self._generators, generation, lambda: make_generator(settings))
         return Pipeline(settings, embedder=embedder, generator=generator)

@@ -141,12 +141,6 @@ class GenerationSettings(BaseModel):
         description="Most sentences quoted, the closest to the question of the one passage "
         "that answers best; the LLM selects among them.",
     )
-    quote_rank_weight: float = Field(
-        0.02,
-        ge=0.0,
-        description="Which passage is quoted: its closest sentence's similarity, less this "
-        "for each place the passage ranks below the first in retrieval.",
-    )
     min_sentence_score: float = Field(
         0.39,
         description="Below this cosine similarity between the question and its closest "

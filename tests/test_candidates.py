@@ -45,18 +45,21 @@ def _sentence(passage: int, position: int, score: float) -> Sentence:
     return Sentence(hit, passage, position, f"sentence {position} of {hit.chunk.id}", score)
 
 
-def test_quotes_come_from_the_one_passage_whose_closest_sentence_is_best() -> None:
-    ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(1, 1, 0.60),
-              _sentence(0, 0, 0.50), _sentence(1, 2, 0.40)]  # fmt: skip
-    chosen = deciding_sentences(ranked, most=2, rank_weight=0.0)
-    assert [(s.passage, s.position) for s in chosen] == [(1, 0), (1, 1)]
+def test_quotes_come_from_the_passage_whose_two_closest_sentences_are_closest() -> None:
+    ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(1, 1, 0.40),
+              _sentence(0, 0, 0.50), _sentence(1, 2, 0.30)]  # fmt: skip
+    # passage 0: 0.65 + 0.50 beats passage 1: 0.70 + 0.40
+    chosen = deciding_sentences(ranked, most=5)
+    assert [(s.passage, s.position) for s in chosen] == [(0, 2), (0, 0)]
+    assert [s.passage for s in deciding_sentences(ranked, most=5, summed=1)] == [1, 1, 1]
+    assert len(deciding_sentences(ranked, most=2, summed=1)) == 2
 
 
-def test_a_lower_ranked_passage_must_be_closer_by_the_rank_weight() -> None:
-    ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(0, 0, 0.50)]
-    assert {s.passage for s in deciding_sentences(ranked, 5, rank_weight=0.1)} == {0}
-    assert {s.passage for s in deciding_sentences(ranked, 5, rank_weight=0.01)} == {1}
-    assert deciding_sentences([], 5, rank_weight=0.1) == []
+def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
+    glossary = [_sentence(0, 0, 0.54)]  # an entry echoing the question's words
+    rule = [_sentence(1, 0, 0.49), _sentence(1, 1, 0.45)]
+    assert {s.passage for s in deciding_sentences([*glossary, *rule], 5)} == {1}
+    assert deciding_sentences([], 5) == []
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:

@@ -71,7 +71,7 @@ class Answerer:
             )
             yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
             return
-        deciding = deciding_sentences(ranked, self.settings.quotes, self.settings.quote_rank_weight)
+        deciding = deciding_sentences(ranked, self.settings.quotes)
         quotes, quote_check = make_quotes(deciding)
         if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))

@@ -2,9 +2,9 @@
 
 Every answer has them, whichever backend runs: they are what a player can check. They come
 from one passage, the one that answers best: on the gold set, quoting the closest sentences
-of one passage instead of the closest of all five carried more key facts (0.808 against
-0.719) and cited a passage holding the evidence far more often (0.833 against 0.494),
-and so did the held-out sets (eval/RESULTS.md). A quote is shown only when its text is an
+of one passage instead of the closest of all five carried more key facts and cited a
+passage holding the evidence far more often, and so did the held-out sets
+(`bench/quotes.py`, eval/RESULTS.md). A quote is shown only when its text is an
 exact substring of its passage, so nothing that reads as rule text can have been altered.
 Passages are numbered [1], [2] … in the order their best sentence ranks; a passage's
 sentences share its number and keep their reading order.
@@ -17,23 +17,29 @@ from collections.abc import Sequence
 from rag.answering.candidates import Sentence
 from rag.types import Check, Citation, Hit, Quote
 
+# A passage answers by its two closest sentences together: a rule is usually a condition
+# and what follows from it, so a one-line glossary entry that merely echoes the question's
+# words ("Test: Perform a Stealth test …") does not outrank the section that states it.
+SENTENCES_SUMMED = 2
+
 
 def is_verbatim(text: str, hit: Hit) -> bool:
     return bool(text.strip()) and text in hit.chunk.text
 
 
-def deciding_sentences(ranked: Sequence[Sentence], most: int, rank_weight: float) -> list[Sentence]:
+def deciding_sentences(
+    ranked: Sequence[Sentence], most: int, summed: int = SENTENCES_SUMMED
+) -> list[Sentence]:
     """The closest `most` sentences (best first) of the passage that answers best: the one
-    whose closest sentence scores highest, less `rank_weight` for each place the passage
-    ranks below the first in retrieval (retrieval's order also knows the section names and
-    the rulebook's words, which one sentence's similarity does not)."""
-    closest: dict[str, Sentence] = {}
-    for sentence in ranked:  # best first: the first seen of a passage is its closest
-        closest.setdefault(sentence.hit.chunk.id, sentence)
-    if not closest:
+    whose `summed` closest sentences have the highest similarities added up (a passage of
+    fewer sentences adds fewer)."""
+    by_passage: dict[str, list[Sentence]] = {}
+    for sentence in ranked:  # best first, so each passage's list is too
+        by_passage.setdefault(sentence.hit.chunk.id, []).append(sentence)
+    if not by_passage:
         return []
-    best = max(closest.values(), key=lambda s: s.score - rank_weight * s.passage)
-    return [s for s in ranked if s.hit.chunk.id == best.hit.chunk.id][:most]
+    best = max(by_passage.values(), key=lambda own: sum(s.score for s in own[:summed]))
+    return best[:most]
 
 
 def make_quotes(sentences: Sequence[Sentence]) -> tuple[list[Quote], Check]:
