@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -17,10 +18,23 @@ from fastapi import FastAPI
 PROXY_HEADERS = False
 
 
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """The machine's cores shared out among the workers (at least one each)."""
+    return max(1, (cores or os.cpu_count() or 1) // workers)
+
+
 def serve(host: str, port: int, workers: int) -> None:
     """Serve until interrupted. Each worker process builds its own pipeline (index, models)
     and model queue; conversations and rate limits are in the shared state store
-    (api/shared_state.py), so any worker continues any conversation."""
+    (api/shared_state.py), so any worker continues any conversation.
+
+    With several workers each one's models get a share of the cores: left to themselves,
+    the embedder (torch) and the LLM each take every core in every worker, and N workers
+    then fight over them. Values the user set in the environment stand."""
+    if workers > 1:
+        threads = str(threads_per_worker(workers))
+        os.environ.setdefault("OMP_NUM_THREADS", threads)  # read by torch as it loads
+        os.environ.setdefault("RULEKEEPER_GENERATION__THREADS", threads)
     uvicorn.run(
         "api.app:create_app",
         factory=True,

@@ -217,3 +217,21 @@ def test_follow_ups_and_limits_cross_workers(two_workers: tuple[str, str]) -> No
     # Five a minute per visitor, whichever worker counts them: three spent above.
     statuses = [httpx.get(f"{url}/v1/games", timeout=30).status_code for url in (one, two, one)]
     assert statuses == [200, 200, 429]
+
+
+def test_several_workers_share_the_cores_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from api import server
+
+    started: list[int] = []
+    monkeypatch.setattr(server.uvicorn, "run", lambda *a, **kw: started.append(kw["workers"]))
+    monkeypatch.setattr(server.os, "cpu_count", lambda: 8)
+    for name in ("OMP_NUM_THREADS", "RULEKEEPER_GENERATION__THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    server.serve("127.0.0.1", 8000, 1)
+    assert "OMP_NUM_THREADS" not in server.os.environ  # one worker: its models take all
+    monkeypatch.setenv("RULEKEEPER_GENERATION__THREADS", "3")  # the user's choice stands
+    server.serve("127.0.0.1", 8000, 4)
+    assert server.os.environ["OMP_NUM_THREADS"] == "2"
+    assert server.os.environ["RULEKEEPER_GENERATION__THREADS"] == "3"
+    assert started == [1, 4]
+    assert server.threads_per_worker(4, cores=2) == 1
