@@ -339,6 +339,21 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     assert quotes[0].translation is None and quotes[1].translation is None
     assert not check.passed and "1, 2" in check.detail  # 12 is not 10; two is not ten
 
+    echo = (
+        "请遵守所有条件、数字和否定（not、only、unless）。"
+        "在每个游戏术语之后给出英语单词（例如：潜行判定（Stealth test））。"
+    )
+    glossed = (
+        "在你回合开始时的“评估激活图标”（Evaluate Active Icons）步骤中，你的图标才被视为激活。"
+    )
+    icons = quote(
+        "Your icons are only evaluated and considered active at the beginning of your turn "
+        'during the "Evaluate Active Icons" step.'
+    )
+    for reply, shown in ((echo, None), (glossed, glossed)):  # the instruction given back
+        translator = Translator(ScriptedGenerator(conclusions=[reply]))
+        assert translator.translate([icons], "zh")[0][0].translation == shown
+
     generator = ScriptedGenerator(conclusions=["手牌上限是十张。"])
     translator = Translator(generator)
     again = [quote("Your hand limit is ten cards.")] * 2

@@ -9,7 +9,7 @@
   is caught), judged when the claim restates the question;
 - markers: the model was told to write none; any it wrote must point at a shown quote.
 A translation is a restatement of its quote, so it must pass the numbers and negation
-checks against that quote, or it is not shown.
+checks against that quote, and gloss only the quote's own English terms, or it is not shown.
 """
 
 from __future__ import annotations
@@ -215,6 +215,23 @@ def strip_markers(text: str, shown: Sequence[int]) -> tuple[str, Check]:
 # --- translations ------------------------------------------------------------------------
 
 
+_ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
+
+
+def foreign_glosses(translation: str, quote: str) -> list[str]:
+    """Bracketed English terms in a rendering that its quote does not contain: the rendering
+    gives a term's English word "the first time", and a word the quote lacks was not taken
+    from it (the 1.5B model has returned the instruction's own example, 潜行判定（Stealth
+    test）, as the "translation" of an unrelated sentence)."""
+    own = _words(quote)
+    return [g for g in _ENGLISH_GLOSS.findall(translation) if not _words(g) <= own]
+
+
 def faithful(translation: str, quote: str) -> bool:
-    """A translation states no number its quote does not, and says "not" as often (mod 2)."""
-    return not unsupported_numbers(translation, [quote]) and not flipped(translation, quote)
+    """A translation states no number its quote does not, says "not" as often (mod 2), and
+    glosses only English terms of its quote."""
+    return (
+        not unsupported_numbers(translation, [quote])
+        and not flipped(translation, quote)
+        and not foreign_glosses(translation, quote)
+    )
