@@ -1,4 +1,4 @@
-"""Translation: each quote rendered in the asker's language, beside the quote itself.
+"""Translation: the selected quotes rendered in the asker's language, beside the quotes.
 
 For a Chinese question on an English rulebook the quote stays in English (it is the rule)
 and a faithful rendering sits beside it, so the player can check both; the conclusion is
