@@ -202,8 +202,8 @@ class AskResponse(BaseModel):
                     "game": "suros",
                     "lang": "en",
                     "answer": "Conclusion: Each player draws two cards. [1]\n\nRule text:\n"
-                    "[1] Setup p. 4: “Each player draws two cards.”\n\nThis answer is "
-                    "for reference only; where they differ, the rulebook prevails.",
+                    "[1] Setup p. 4:\n    “Each player draws two cards.”\n\nThis answer "
+                    "is for reference only; where they differ, the rulebook prevails.",
                     "abstained": False,
                     "citations": [
                         {

@@ -6,6 +6,7 @@ import json
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
+from rag.answering.assembly import rule_text
 from rag.answering.candidates import Sentence
 from rag.answering.checks import (
     answer_word_check,
@@ -38,6 +39,26 @@ def quote(text: str, n: int = 1, translation: str | None = None) -> Quote:
 
 
 # --- quotes ------------------------------------------------------------------------------
+
+
+def test_the_rule_text_names_each_passage_once_above_its_sentences() -> None:
+    shown = rule_text(
+        [
+            quote("Draw two cards."),
+            quote("Discard one.", translation="弃一张。"),
+            quote("Rest.", n=2),
+        ],
+        "zh",
+    )
+    assert shown.splitlines() == [
+        "规则原文:",
+        "[1] 「Section」 第 4 页:",
+        "    “Draw two cards.”",
+        "    “Discard one.”",
+        "      译文: 弃一张。",
+        "[2] 「Section」 第 4 页:",
+        "    “Rest.”",
+    ]
 
 
 def test_quotes_are_verbatim_numbered_by_passage_in_reading_order() -> None:

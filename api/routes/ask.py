@@ -22,12 +22,10 @@ router = APIRouter(
 
 _STREAM_EXAMPLE = (
     'event: queued\ndata: {"position": 1}\n\n'
-    'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4: “Each player draws two '
-    'cards.”\\n[2] Draw: “Draw a card at the start of your turn.”", "quotes": [{"n": 1, '
-    '"chunk_id": "suros-0007", "game": "suros", "section": "Suros › Setup", "page": 4, '
-    '"text": "Each player draws two cards.", "translation": null}, ...]}\n\n'
-    'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4: “Each player draws two '
-    'cards.”", "quotes": [{"n": 1, ...}]}\n\n'
+    'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4:\\n    “Each player draws '
+    'two cards.”\\n    “Then draw one more card for each Scout you hold.”", "quotes": '
+    '[{"n": 1, "chunk_id": "suros-0007", "game": "suros", "section": "Suros › Setup", '
+    '"page": 4, "text": "Each player draws two cards.", "translation": null}, ...]}\n\n'
     'event: token\ndata: {"text": "Each player "}\n\n'
     'event: token\ndata: {"text": "draws two cards."}\n\n'
     'event: citations\ndata: {"question": "...", "answer": "Conclusion: Each player draws two '
@@ -46,8 +44,9 @@ _STREAM_DESCRIPTION = (
     'Quote first, then a checked conclusion. A `quotes` event (`{"text", "quotes"}`: the '
     "rule text rendered in the asker's language, and its quotes one by one, each as in the "
     "answer's `quotes`) comes as soon as "
-    "the passages are found, before any token; a later `quotes` event replaces it (the model "
-    "narrowed the rule text down). When nothing near the question is found there is none "
+    "the passages are found, before any token; a later `quotes` event replaces it (the "
+    "same quotes, the selected ones rendered for a question in another language). When "
+    "nothing near the question is found there is none "
     "(and the answer may still abstain after one). `token` events "
     '(`{"text"}`) carry the conclusion\'s draft as the model writes it: not yet checked, and '
     "it may be withheld from the answer. Then one `citations` event with the full answer (as "

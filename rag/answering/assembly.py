@@ -25,19 +25,25 @@ def _markers(quotes: Sequence[Quote]) -> str:
 
 
 def rule_text(quotes: Sequence[Quote], lang: Lang) -> str:
-    """The quotes as shown: marker, section (and page), the sentence in quotation marks.
+    """The quotes as shown: marker, section (and page) once per passage, then each sentence
+    in quotation marks on a line of its own (and its rendering, for a question in another
+    language).
 
     Section names and sentences stay in the rulebook's words, inside quotation marks, so an
     answer's own language is judged by what Rulekeeper wrote around them.
     """
     words = phrases(lang)
     lines = [f"{words['heading_rule_text']}:"]
-    for quote in quotes:
-        page = f" {words['page'].format(page=quote.page)}" if quote.page else ""
-        label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
-        lines.append(f"[{quote.n}] {label}: “{quote.text}”")
+    passage = None
+    for quote in quotes:  # in marker order, each passage's sentences together
+        if quote.n != passage:
+            passage = quote.n
+            page = f" {words['page'].format(page=quote.page)}" if quote.page else ""
+            label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
+            lines.append(f"[{quote.n}] {label}:")
+        lines.append(f"    “{quote.text}”")
         if quote.translation:
-            lines.append(f"    {words['translation']}: {quote.translation}")
+            lines.append(f"      {words['translation']}: {quote.translation}")
     return "\n".join(lines)
 
 
