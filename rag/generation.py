@@ -1,9 +1,9 @@
 """Generators: the model behind an answer's selection and conclusion.
 
 Backends behind one interface. The extractive backend runs no model: an answer is its
-quote layer alone (the candidate sentences closest to the question, verbatim). A local GGUF
-model through llama-cpp-python adds what the answering stages ask of it: which candidate
-sentences answer the question, and a conclusion, each reply shaped by a JSON schema that
+quote layer alone (the closest sentences of the passage that answers best, verbatim). A
+local GGUF model through llama-cpp-python adds what the answering stages ask of it: which
+quoted sentences answer the question, and a conclusion, each reply shaped by a JSON schema that
 llama.cpp turns into a grammar, so its form cannot go wrong. The openai backend
 (rag/openai_api.py) asks the same of a model behind an OpenAI-compatible server.
 """
@@ -178,8 +178,8 @@ def _loop_key(sentence: str) -> str:
 
 
 class ExtractiveGenerator(Generator):
-    """No model: an answer is the quote layer alone (the candidate sentences closest to
-    the question, verbatim), with no selection or conclusion written."""
+    """No model: an answer is the quote layer alone (the closest sentences of the passage
+    that answers best, verbatim), with no selection or conclusion written."""
 
     name = "extractive"
     writes = False

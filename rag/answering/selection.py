@@ -1,11 +1,11 @@
-"""Selection: the LLM chooses which candidate sentences answer the question, before it writes.
+"""Selection: the LLM chooses which quoted sentences answer the question, before it writes.
 
-Its reply is held to a JSON schema whose ids are an enum of the candidates' numbers, so
+Its reply is held to a JSON schema whose ids are an enum of the sentences' numbers, so
 llama.cpp's grammar lets it name only sentences that exist: choosing is what a small model
 does well, and here it cannot get the form wrong. An empty choice is its way of saying the
 rulebook is silent. A backend that cannot enforce the schema may still reply off-form;
 such a reply is read leniently (the ids it names that exist), and a reply naming none
-counts as no selection, so the quote layer's own choice stands.
+counts as no selection, so the conclusion rests on the closest quotes.
 """
 
 from __future__ import annotations
