@@ -1,13 +1,16 @@
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import FakeEmbedder
 
-from rag.errors import GameNotFoundError, IndexError_, InputError
-from rag.generation import ExtractiveGenerator
+from rag.errors import GameNotFoundError, IndexError_, InputError, ModelError
+from rag.generation import ExtractiveGenerator, Generator
 from rag.pipeline import Pipeline
+from rag.prompting import Prompt
 from rag.searching.index import IndexStore, build_faiss
+from rag.searching.reranking import LlmYesNoReranker, make_reranker
 from rag.searching.retrieval import place_glossary, rrf
 from rag.settings import RetrievalSettings, Settings
 
@@ -173,29 +176,25 @@ def test_real_embedder_places_a_question_naming_no_game(real_settings: Settings)
     assert info.slug == "suros"
 
 
-class _YesForStealth:
-    """Stands in for a llama.cpp model: says yes only for passages about stealth."""
+class _YesForStealth(Generator):
+    """Says yes only for passages about stealth; records what it was asked."""
 
-    def create_chat_completion(self, messages: list[dict[str, str]], **_: object) -> dict:
-        relevant = "stealth" in messages[0]["content"].split("Rulebook passage")[1].lower()
-        return {"choices": [{"message": {"content": "Yes" if relevant else "No"}}]}
+    name = "fake-judge"
+
+    def __init__(self) -> None:
+        self.prompts: list[Prompt] = []
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        self.prompts.append(prompt)
+        passage = prompt.messages[-1]["content"].split("Rulebook passage")[1]
+        yield "Yes" if "stealth" in passage.lower() else "No"
 
 
 def test_yes_no_reranker_moves_judged_passages_ahead_keeping_order(
     pipeline: Pipeline,
 ) -> None:
-    import threading
-
-    from rag.searching.reranking import LlmYesNoReranker
-
-    class FakeLlama:
-        name = "llama:fake"
-        lock = threading.Lock()
-
-        def load(self) -> _YesForStealth:
-            return _YesForStealth()
-
-    reranker = LlmYesNoReranker(FakeLlama())  # type: ignore[arg-type]
+    judge = _YesForStealth()
+    reranker = LlmYesNoReranker(judge)
     _, hits = pipeline.retrieve("what happens when I enter a tile?", "maximum-apocalypse", k=8)
     reranked = reranker.rerank("what happens when I enter a tile?", hits)
     judged = ["stealth" in h.chunk.text.lower() for h in reranked]
@@ -205,6 +204,15 @@ def test_yes_no_reranker_moves_judged_passages_ahead_keeping_order(
         h for h in hits if "stealth" not in h.chunk.text.lower()
     ]
     assert sorted(h.chunk.id for h in reranked) == sorted(h.chunk.id for h in hits)
+    assert {p.task for p in judge.prompts} == {"judge"} and len(judge.prompts) == len(hits)
+
+
+def test_the_reranker_asks_the_answering_model_whichever_backend(settings: Settings) -> None:
+    judge = _YesForStealth()  # as an openai backend would be: a model, but not a local one
+    assert make_reranker(settings, judge).generator is judge
+    with pytest.raises(ModelError, match="Unknown reranker"):
+        bad = settings.retrieval.model_copy(update={"reranker": "cross-encoder"})
+        make_reranker(settings.model_copy(update={"retrieval": bad}), judge)
 
 
 @pytest.mark.real_models

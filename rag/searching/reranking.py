@@ -1,9 +1,10 @@
 """Rerankers reorder the fused candidates by how well each passage answers the question.
 
-No registry package carries a cross-encoder, so the reranker shipped here asks the local
-LLM a yes/no question per passage: passages judged relevant move ahead of the others, each
-group keeping its fused order. (Token probabilities would need llama.cpp to keep the logits
-of every position, which slows every answer.)
+No registry package carries a cross-encoder, so the reranker shipped here asks the answering
+LLM (local, or behind an OpenAI-compatible server) a yes/no question per passage: passages
+judged relevant move ahead of the others, each group keeping its fused order. (Token
+probabilities would need llama.cpp to keep the logits of every position, which slows every
+answer.)
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rag.errors import ModelError
-from rag.prompting import render, shorten
+from rag.prompting import Prompt, render, shorten
 from rag.types import Hit
 
 if TYPE_CHECKING:
-    from rag.generation import Generator, LlamaCppGenerator
+    from rag.generation import Generator
     from rag.settings import Settings
+
+JUDGE_TOKENS = 2  # "Yes" / "No" / 是 / 否
 
 
 class Reranker(ABC):
@@ -36,9 +39,9 @@ class Reranker(ABC):
 
 
 class LlmYesNoReranker(Reranker):
-    def __init__(self, generator: LlamaCppGenerator, passage_chars: int = 600) -> None:
+    def __init__(self, generator: Generator, passage_chars: int = 600) -> None:
         self.name = f"yesno:{generator.name}"
-        self._generator = generator
+        self.generator = generator
         self._passage_chars = passage_chars
 
     def score(self, question: str, hits: Sequence[Hit]) -> list[float]:
@@ -51,20 +54,18 @@ class LlmYesNoReranker(Reranker):
             section=hit.chunk.section_path,
             text=shorten(hit.chunk.text, self._passage_chars),
         )
-        with self._generator.lock:
-            result = self._generator.load().create_chat_completion(
-                messages=[{"role": "user", "content": content}],
-                max_tokens=2,
-                temperature=0.0,
-            )
-        reply = result["choices"][0]["message"]["content"] or ""
+        prompt = Prompt(
+            "judge", question, [{"role": "user", "content": content}], max_tokens=JUDGE_TOKENS
+        )
+        reply = self.generator.complete(prompt)
         return 1.0 if reply.strip().lower().startswith(("yes", "是")) else 0.0
 
 
 def make_reranker(settings: Settings, generator: Generator) -> Reranker:
-    from rag.generation import LlamaCppGenerator, make_llama_generator
+    """The yes/no reranker on the answering model; with the extractive backend, which has
+    none, on the local LLM."""
+    from rag.generation import make_llama_generator
 
     if settings.retrieval.reranker != "llm-yesno":
         raise ModelError(f"Unknown reranker {settings.retrieval.reranker!r}; known: llm-yesno.")
-    llm = generator if isinstance(generator, LlamaCppGenerator) else make_llama_generator(settings)
-    return LlmYesNoReranker(llm)
+    return LlmYesNoReranker(generator if generator.writes else make_llama_generator(settings))
