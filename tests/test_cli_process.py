@@ -58,25 +58,28 @@ def test_ask_json_with_a_real_embedder(tmp_path: Path) -> None:
         RULEKEEPER_GENERATION__BACKEND="extractive",
         RULEKEEPER_EMBEDDING__MODEL="all-minilm-l6-v2",
     )
-    run = _rules("ask", "How many actions do I take on my turn?", "--game", "MaxApoc", "--json",
-                 env=env)  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert "Traceback" not in run.stderr
-    data = json.loads(run.stdout)  # the whole of stdout is the one object
-    assert set(data) >= {"question", "game", "lang", "answer", "abstained", "citations",
-                         "passages", "timings"}  # fmt: skip
-    assert data["game"] == "maximum-apocalypse" and data["backend"] == "extractive"
-    assert data["citations"] and not data["abstained"]
-    passages = {p["chunk_id"] for p in data["passages"]}
-    assert all(c["chunk_id"] in passages for c in data["citations"])
-    assert "4 actions" in " ".join(p["text"] for p in data["passages"]).lower() or any(
-        "Player Actions" in p["section"] for p in data["passages"]
-    )
+    try:  # as a user runs it: through the local service it starts
+        run = _rules("ask", "How many actions do I take on my turn?", "--game", "MaxApoc", "--json",
+                     env=env)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert "Traceback" not in run.stderr
+        data = json.loads(run.stdout)  # the whole of stdout is the one object
+        assert set(data) >= {"question", "game", "lang", "answer", "abstained", "citations",
+                             "passages", "timings"}  # fmt: skip
+        assert data["game"] == "maximum-apocalypse" and data["backend"] == "extractive"
+        assert data["citations"] and not data["abstained"]
+        passages = {p["chunk_id"] for p in data["passages"]}
+        assert all(c["chunk_id"] in passages for c in data["citations"])
+        assert "4 actions" in " ".join(p["text"] for p in data["passages"]).lower() or any(
+            "Player Actions" in p["section"] for p in data["passages"]
+        )
 
-    unknown = _rules("ask", "How do I move?", "--game", "chess", "--json", env=env)
-    assert unknown.returncode == 1 and unknown.stdout == ""
-    assert unknown.stderr.startswith("Error: Unknown game 'chess'")
-    assert len(unknown.stderr.strip().splitlines()) == 1
+        unknown = _rules("ask", "How do I move?", "--game", "chess", "--json", env=env)
+        assert unknown.returncode == 1 and unknown.stdout == ""
+        assert unknown.stderr.startswith("Error: Unknown game 'chess'")
+        assert len(unknown.stderr.strip().splitlines()) == 1
+    finally:  # which would otherwise outlive the test by its idle timeout
+        _rules("service", "stop", env=env)
 
 
 # --- chat on a pseudo-terminal ----------------------------------------------------------------
