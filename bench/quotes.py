@@ -31,7 +31,7 @@ from rag.lang import detect_lang
 from rag.metrics import facts_covered, ratio, supported_citations
 from rag.pipeline import Pipeline
 from rag.settings import load_settings
-from rag.types import Hit
+from rag.types import Hit, Lang
 
 Choice = Callable[[Sequence[Sentence]], list[Sentence]]
 
@@ -57,24 +57,26 @@ CHOICES: dict[str, Choice] = {
 }
 
 
-def _ranked(pipeline: Pipeline, item: GoldItem) -> tuple[str, list[Hit], list[Sentence]]:
+Row = tuple[GoldItem, Lang, str, list[Hit], list[Sentence]]
+
+
+def _ranked(pipeline: Pipeline, item: GoldItem) -> Row:
+    """The item with its language, game, hits and ranked sentences: computed once for all
+    the ways of choosing."""
     game, hits = pipeline.retrieve(item.question, item.game)
     gen = pipeline.settings.generation
     ranked = pipeline.answerer.candidates.rank(item.question, hits[: gen.passages])
-    return game.slug, hits, ranked
+    return item, detect_lang(item.question), game.slug, hits, ranked
 
 
-def _score(
-    rows: list[tuple[GoldItem, str, list[Hit], list[Sentence]]], choice: Choice, gate: float
-) -> dict[str, Any]:
+def _score(rows: list[Row], choice: Choice, gate: float) -> dict[str, Any]:
     facts: list[bool] = []
     cited = supported = quoted = 0
-    for item, slug, hits, ranked in rows:
+    for item, lang, slug, hits, ranked in rows:
         if not ranked or ranked[0].score < gate:
             facts += [False] * len(item.key_facts)
             continue
         quotes, _ = make_quotes(choice(ranked))
-        lang = detect_lang(item.question)
         answer = quoted_answer(
             item.question, slug, lang, quotes=quotes, conclusion=None, withheld=False,
             checks=[], hits=hits, backend="bench",
@@ -96,7 +98,7 @@ def run(golds: Sequence[Path]) -> dict[str, Any]:
     gate = pipeline.settings.generation.min_sentence_score
     report: dict[str, Any] = {"embedding_model": pipeline.embedder.name, "golds": {}}
     for gold in golds:
-        rows = [(item, *_ranked(pipeline, item)) for item in load_gold(gold) if item.answerable]
+        rows = [_ranked(pipeline, item) for item in load_gold(gold) if item.answerable]
         report["golds"][str(gold)] = {
             "items": len(rows),
             "choices": {name: _score(rows, choice, gate) for name, choice in CHOICES.items()},

@@ -84,7 +84,7 @@ class Answerer:
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
-            basis, _ = make_quotes(chosen)
+            basis = _selected(quotes, chosen)
             checks = [quote_check, selection_check]
             if question.lang != chosen[0].hit.chunk.lang:
                 basis, translation_check = self.translator.translate(basis, question.lang)
@@ -183,6 +183,13 @@ class Answerer:
         return not_covered_answer(
             question.text, question.game.slug, question.lang, hits, self.generator.name, checks
         )
+
+
+def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote]:
+    """The shown quotes of the chosen sentences, in the order shown: already verified, so
+    not made again."""
+    keys = {(s.hit.chunk.id, s.text) for s in chosen}
+    return [q for q in quotes if (q.chunk_id, q.text) in keys]
 
 
 def _with_translations(quotes: Sequence[Quote], translated: Sequence[Quote]) -> list[Quote]:
