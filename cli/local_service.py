@@ -87,10 +87,13 @@ class LocalService:
             return "unreachable"
         return status if status in ("ready", "loading", "failed") else "unreachable"
 
-    def wait_ready(self, state: ServiceState, deadline: float) -> bool:
+    def wait_ready(self, state: ServiceState, deadline: float, *, starting: bool = False) -> bool:
         """Until the service has loaded its index; False when it failed, died, or did not
-        answer for `connect_timeout_s` (hung, or the port is no longer its)."""
+        answer for `connect_timeout_s` (hung, or the port is no longer its). A service that is
+        `starting` or has said it is loading is waited for until the deadline: loading its
+        models can keep it from answering for seconds (a cold disk in CI took over 2 s)."""
         answered_at = time.monotonic()
+        patient = starting
         while time.monotonic() < deadline and is_service_process(state.pid):
             status = self.readiness(state)
             if status == "ready":
@@ -99,7 +102,11 @@ class LocalService:
                 return False
             if status == "loading":
                 answered_at = time.monotonic()
-            elif time.monotonic() - answered_at > self.settings.service.connect_timeout_s:
+                patient = True
+            elif (
+                not patient
+                and time.monotonic() - answered_at > self.settings.service.connect_timeout_s
+            ):
                 return False
             time.sleep(_POLL_S)
         return False
@@ -155,7 +162,7 @@ class LocalService:
         while time.monotonic() < deadline and process.poll() is None:
             state = read_state(self.home)
             if state is not None and state.pid == process.pid:
-                if self.wait_ready(state, deadline):
+                if self.wait_ready(state, deadline, starting=True):
                     return state
                 break
             time.sleep(_POLL_S)

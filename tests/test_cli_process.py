@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from api.local_state import LOG_FILE
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-Z]|\r")
@@ -63,6 +65,8 @@ def test_ask_json_with_a_real_embedder(tmp_path: Path) -> None:
                      env=env)  # fmt: skip
         assert run.returncode == 0, run.stderr
         assert "Traceback" not in run.stderr
+        # Busy loading its models, the service it started must not be taken for hung.
+        assert "did not start" not in run.stderr, (tmp_path / LOG_FILE).read_text()
         data = json.loads(run.stdout)  # the whole of stdout is the one object
         assert set(data) >= {"question", "game", "lang", "answer", "abstained", "citations",
                              "passages", "timings"}  # fmt: skip

@@ -20,10 +20,11 @@ import httpx
 import pytest
 
 from api.local_state import ServiceState, read_state, state_path
-from cli.local_service import is_service_process
+from cli.local_service import LocalService, Readiness, is_service_process
 from cli.service_client import ServiceClient
 from cli.ui import Ui
 from rag.pipeline import Pipeline
+from rag.settings import Settings
 from rag.types import StreamEvent, Turn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -327,3 +328,49 @@ def test_the_client_yields_the_pipelines_stream_events(
     assert served == here
     assert client.chunks("suros") == scripted_pipeline.chunks("suros")
     assert client.games() == scripted_pipeline.games()
+
+
+# --- waiting for readiness, with a scripted service -------------------------------------------
+
+
+class ScriptedReadiness(LocalService):
+    """A live service whose /readyz answers follow a script, one answer per poll; the clock
+    moves a second per poll, so the connect timeout (1 s here) means two silent polls."""
+
+    def __init__(self, settings: Settings, answers: list[Readiness]) -> None:
+        super().__init__(settings)
+        self.answers = answers
+        self.polls = 0
+
+    def readiness(self, state: ServiceState) -> Readiness:
+        self.polls += 1
+        return self.answers.pop(0) if self.answers else "unreachable"
+
+
+@pytest.fixture
+def ticking(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(10_000))
+    monkeypatch.setattr("cli.local_service.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("cli.local_service.time.sleep", lambda _: None)
+    monkeypatch.setattr("cli.local_service.is_service_process", lambda _: True)
+
+
+@pytest.mark.usefixtures("ticking")
+def test_a_service_silent_while_loading_its_models_is_waited_for(settings: Settings) -> None:
+    timeouts = settings.service.model_copy(update={"connect_timeout_s": 1.0})
+    settings = settings.model_copy(update={"service": timeouts})
+    state = ServiceState(pid=1, port=1, token="t", version="v", settings="s")
+    silent_then_ready: list[Readiness] = ["unreachable"] * 5 + ["ready"]
+
+    found = ScriptedReadiness(settings, list(silent_then_ready))
+    assert not found.wait_ready(state, deadline=1_000)  # a found service silent this long: hung
+    assert found.polls < 5
+
+    started = ScriptedReadiness(settings, list(silent_then_ready))
+    assert started.wait_ready(state, deadline=1_000, starting=True)  # one just started: loading
+
+    loading = ScriptedReadiness(settings, ["loading", *silent_then_ready])
+    assert loading.wait_ready(state, deadline=1_000)  # it said it loads: busy, not hung
+
+    never = ScriptedReadiness(settings, [])
+    assert not never.wait_ready(state, deadline=50, starting=True)  # bounded by the deadline
