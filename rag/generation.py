@@ -82,9 +82,10 @@ class LlamaCppGenerator(Generator):
 
     def load(self, task: str = "select") -> Any:
         """The model's context for `task`, loaded on first use. Renderings get a context of
-        their own: llama.cpp reuses only the prefix of the last prompt a context read, and a
-        translation in between would evict the selection the conclusion continues. (The
-        weights are memory-mapped, so the second context shares them.)"""
+        their own: llama.cpp reuses only the prefix of the last prompt a context read, so
+        there the translation instruction stays read from one sentence to the next and from
+        one question to the next, instead of being read again after every selection and
+        conclusion. (The weights are memory-mapped, so the second context shares them.)"""
         context = "translate" if task == "translate" else "answer"
         if context not in self._contexts:
             self._contexts[context] = self._new_context()

@@ -20,15 +20,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rag.answering.conclusion import conclusion_prompt
-from rag.answering.selection import Selection
 from rag.generation import ExtractiveGenerator, Generator
 from rag.lang import tokenize
 from rag.pipeline import Pipeline
-from rag.prompting import Prompt, system_message
+from rag.prompting import Prompt
 from rag.searching.embedding import Embedder
 from rag.settings import BUILTIN_CORPUS, GenerationSettings, Settings, default_home
-from rag.types import Chunk, Hit, Lang, Quote
+from rag.types import Chunk, Hit
 
 # Where scripts/setup.sh put the real models, read before any test moves RULEKEEPER_HOME.
 REAL_MODELS_DIR = Path(os.environ.get("RULEKEEPER_MODELS_DIR") or default_home() / "models")
@@ -82,25 +80,11 @@ DEFAULT_SELECTION = '{"ids": [1]}'
 DEFAULT_CONCLUSION = '{"conclusion": "See the rule."}'
 
 
-def concluding(question: str, lang: Lang, quotes: list[Quote]) -> Prompt:
-    """The conclusion's prompt after a selection that chose every one of `quotes`."""
-    asked = Prompt("select", question, [system_message(), {"role": "user", "content": "…"}])
-    chose_all = json.dumps({"ids": list(range(1, len(quotes) + 1))})
-    numbers = range(1, len(quotes) + 1)
-    return conclusion_prompt(
-        question, lang, quotes, numbers=numbers, selection=Selection(asked, chose_all)
-    )
-
-
 def first_rule(prompt: Prompt) -> str:
-    """The first rule sentence a conclusion is asked from (named by its id in the request,
-    listed in the selection's prompt): what a fake conclusion restates, so that the checks
-    can vouch for it."""
-    named = re.search(r"(?:sentences|第) (\d+)", prompt.messages[-1]["content"])
-    assert named is not None, "not a conclusion prompt"
-    listed = prompt.messages[-3]["content"]
-    found = re.search(rf"^{named[1]}\. \([^)]*\) (.*)$", listed, re.M)
-    assert found is not None, f"sentence {named[1]} not in the selection's prompt"
+    """The first rule sentence a conclusion prompt shows: what a fake conclusion restates,
+    so that the checks can vouch for it."""
+    found = re.search(r"^1\. \([^)]*\) (.*)$", prompt.messages[-1]["content"], re.M)
+    assert found is not None, "not a conclusion prompt"
     return found[1]
 
 

@@ -4,7 +4,7 @@ the checks that do not trust the model, abstention and the order of what is show
 import json
 
 import pytest
-from conftest import FakeEmbedder, ScriptedGenerator, concluding, make_hits
+from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
 from rag.answering.assembly import rule_text
 from rag.answering.candidates import Sentence
@@ -15,7 +15,7 @@ from rag.answering.checks import (
     stated_numbers,
     strip_markers,
 )
-from rag.answering.conclusion import parse_conclusion, stream_conclusion
+from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.quotes import make_quotes
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt, selection_schema
@@ -131,6 +131,7 @@ def test_a_plain_text_reply_is_the_conclusion() -> None:
     assert parse_conclusion('{"other": 1}', "q", "en") == ""
 
 
+
 @pytest.mark.parametrize(
     ("question", "lang", "opening"),
     [
@@ -145,7 +146,7 @@ def test_a_yes_no_question_is_answered_yes_or_no_in_its_own_verb(
 ) -> None:
     reply = '{"answer": "no", "conclusion": "You cannot."}'
     assert parse_conclusion(reply, question, lang) == opening  # type: ignore[arg-type]
-    prompt = concluding(question, lang, [quote(STEALTH)])  # type: ignore[arg-type]
+    prompt = conclusion_prompt(question, lang, [quote(STEALTH)], game_title="G")  # type: ignore[arg-type]
     assert prompt.schema is not None
     assert prompt.schema["properties"]["answer"]["enum"] == ["yes", "no"]
     assert list(prompt.schema["properties"]) == ["answer", "conclusion"]
@@ -318,10 +319,12 @@ def test_the_llm_selection_chooses_what_the_conclusion_rests_on(settings: Settin
     quote_events = [e for e in events if e.kind == "quotes"]
     answer = events[-1].answer
     assert answer is not None and len(answer.quotes) > 1
-    listed = generator.prompts[0].messages[-1]["content"]
-    assert "\n2. (" in listed and "\n3. (" in listed  # several were offered
-    request = generator.prompts[1].messages[-1]["content"]
-    assert "using only sentences 2:" in request  # the conclusion is asked from that one alone
+    listed = generator.prompts[0].messages[-1]["content"].splitlines()
+    second = next(line for line in listed if line.startswith("2. "))
+    others = [line for line in listed if line[:1].isdigit() and line is not second]
+    conclusion_prompt = generator.prompts[1].messages[-1]["content"]
+    assert second.split(") ", 1)[1] in conclusion_prompt
+    assert not any(line.split(") ", 1)[1] in conclusion_prompt for line in others)
     # every quote stays shown: the rule text sent first is the rule text of the answer
     assert [e.quotes for e in quote_events] == [tuple(answer.quotes)]
 
@@ -344,7 +347,7 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
     assert "译文: 手牌上限译文" in answer.answer and "规则原文" in answer.answer
     translated = [e for e in events if e.kind == "quotes"][-1]
     assert translated.quotes == tuple(answer.quotes)  # sent before the conclusion
-    assert "1. 手牌上限译文" in generator.prompts[2].messages[-1]["content"]  # with the request
+    assert "(手牌上限译文)" in generator.prompts[2].messages[-1]["content"]
     assert answer.conclusion == "手牌上限译文。"  # restates the rendering: checkable
 
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from conftest import first_rule
 
 from api.conversations import MemoryConversationStore
 from api.security import ApiKeys, MemoryRateLimiter
@@ -726,9 +725,9 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
                 return
             content = prompt.messages[-1]["content"]
             player = re.findall(r"player (\w+)", content)[-1]
-            yield json.dumps(
-                {"conclusion": f"{first_rule(prompt)} You asked about player {player}."}
-            )
+            rule = re.search(r"^1\. \([^)]*\) (.*)$", content, re.M)
+            assert rule is not None
+            yield json.dumps({"conclusion": f"{rule[1]} You asked about player {player}."})
 
     echo = Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=Echo())
     url = serve_api(echo, queue_size=64)

@@ -8,7 +8,7 @@ from conftest import ScriptedGenerator, make_hits
 from rag.answering.candidates import Sentence
 from rag.answering.conclusion import conclusion_prompt
 from rag.answering.quotes import make_quotes
-from rag.answering.selection import Selection, parse_selection, selection_prompt
+from rag.answering.selection import parse_selection, selection_prompt
 from rag.errors import ModelError
 from rag.generation import (
     ExtractiveGenerator,
@@ -27,24 +27,14 @@ STEALTH = (
 )
 
 
-def test_the_conclusion_continues_the_selection_so_its_reading_is_reused() -> None:
-    candidates = [
-        Sentence(make_hits(STEALTH)[0], 0, 0, STEALTH, 0.5),
-        Sentence(make_hits("Roll the two Spawn dice.")[0], 0, 1, "Roll the two Spawn dice.", 0.4),
-    ]
-    quotes, _ = make_quotes(candidates[1:])
+def test_system_prompt_is_one_cached_prefix_for_every_task_and_question() -> None:
+    candidates = [Sentence(make_hits(STEALTH)[0], 0, 0, STEALTH, 0.5)]
+    quotes, _ = make_quotes(candidates)
     select = selection_prompt("Q one?", "en", candidates, game_title="Suros", most=1)
-    selection = Selection(select, '{"ids": [2]}')
-    conclude = conclusion_prompt("问题二？", "zh", quotes, numbers=[2], selection=selection)
-    assert conclude.messages[: len(select.messages)] == select.messages  # the same prefix
-    assert conclude.messages[len(select.messages)] == {
-        "role": "assistant",
-        "content": '{"ids": [2]}',
-    }
-    request = conclude.messages[-1]["content"]
-    assert "第 2 句" in request and "<<<问题二？>>>" in request  # only the request is new
-    assert "Roll the two Spawn dice." not in request
+    conclude = conclusion_prompt("问题二？", "zh", quotes, game_title="DECK 52")
+    assert select.messages[0] == conclude.messages[0]
     assert "rulebook of Suros" in select.messages[-1]["content"]
+    assert "rulebook of DECK 52" in conclude.messages[-1]["content"]
 
 
 def test_question_is_data_not_instructions() -> None:
@@ -100,11 +90,9 @@ def test_real_gguf_model_loads_and_streams(real_settings: Settings) -> None:
     prompt = selection_prompt(
         "How many cards can I hold?", "en", candidates, game_title="G", most=1
     )
-    reply = generator.complete(prompt)
-    assert parse_selection(reply, 1, 1) is not None  # the grammar holds it
+    assert parse_selection(generator.complete(prompt), 1, 1) is not None  # the grammar holds it
     quotes, _ = make_quotes(candidates)
-    selection = Selection(prompt, reply)
-    prompt = conclusion_prompt("How many?", "en", quotes, numbers=[1], selection=selection)
+    prompt = conclusion_prompt("How many?", "en", quotes, game_title="G")
     pieces = list(generator.stream(prompt))
     assert len(pieces) > 1 and "".join(pieces).strip()
 

@@ -1,6 +1,6 @@
 import pytest
-from conftest import concluding
 
+from rag.answering.conclusion import conclusion_prompt
 from rag.answering.rewording import both_sides
 from rag.types import Quote
 
@@ -71,6 +71,6 @@ def test_a_positive_closest_rule_rewords(rule: str) -> None:
 
 def test_the_model_reads_the_reworded_question_but_the_prompt_keeps_the_asked_one() -> None:
     rule = Quote(1, "g:1", "g", "G › Stealth", None, "You may attempt a stealth test.")
-    prompt = concluding("什么时候不能进行潜行判定？", "zh", [rule])
+    prompt = conclusion_prompt("什么时候不能进行潜行判定？", "zh", [rule], game_title="Game")
     assert "<<<什么时候可以进行潜行判定，什么时候不能？>>>" in prompt.messages[-1]["content"]
     assert prompt.question == "什么时候不能进行潜行判定？"

@@ -4,9 +4,8 @@ passages -> candidates (their sentences, closest to the question first; none clo
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, verbatim, shown at once) -> selection (the LLM names the quoted sentences
 that answer; none: the rulebook is silent) -> translation (of those, for a question in
-another language) -> conclusion (the LLM answers from the selected quotes alone, continuing
-the selection's conversation) -> checks -> assembly (every quote shown, the conclusion
-only when it passed).
+another language) -> conclusion (the LLM answers from the selected quotes alone) -> checks
+-> assembly (every quote shown, the conclusion only when it passed).
 With the extractive backend no model runs: the quotes are the answer.
 """
 
@@ -26,7 +25,7 @@ from rag.answering.checks import (
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.quotes import deciding_sentences, make_quotes
-from rag.answering.selection import Selection, parse_selection, selection_prompt
+from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import Translator
 from rag.generation import Generator
 from rag.settings import GenerationSettings
@@ -81,7 +80,7 @@ class Answerer:
         if not self.generator.writes:
             yield StreamEvent("answer", answer=self._answer(question, hits, quotes, [quote_check]))
             return
-        chosen, selection_check, selection = self._select(question, deciding)
+        chosen, selection_check = self._select(question, deciding)
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
@@ -93,13 +92,12 @@ class Answerer:
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
             reply: list[str] = []
-            listed = {(s.hit.chunk.id, s.text): i for i, s in enumerate(deciding, start=1)}
             prompt = conclusion_prompt(
                 question.text,
                 question.lang,
                 basis,
-                numbers=[listed[q.chunk_id, q.text] for q in basis],
-                selection=selection,
+                game_title=question.game.title,
+                earlier_question=question.earlier,
             )
             for text in stream_conclusion(self.generator.stream(prompt), reply):
                 yield StreamEvent("token", text=text)
@@ -109,7 +107,7 @@ class Answerer:
 
     def _select(
         self, question: Question, deciding: Sequence[Sentence]
-    ) -> tuple[list[Sentence], Check, Selection]:
+    ) -> tuple[list[Sentence], Check]:
         """The quoted sentences the conclusion rests on, chosen by the LLM."""
         prompt = selection_prompt(
             question.text,
@@ -119,27 +117,14 @@ class Answerer:
             most=MOST_CHOSEN,
             earlier_question=question.earlier,
         )
-        selection = Selection(prompt, self.generator.complete(prompt))
-        ids = parse_selection(selection.reply, len(deciding), MOST_CHOSEN)
+        ids = parse_selection(self.generator.complete(prompt), len(deciding), MOST_CHOSEN)
         if ids is None:
-            return (
-                list(deciding[:MOST_CHOSEN]),
-                Check(
-                    "selection", False, "reply named no sentence; the closest are concluded from"
-                ),
-                selection,
+            return list(deciding[:MOST_CHOSEN]), Check(
+                "selection", False, "reply named no sentence; the closest are concluded from"
             )
         if not ids:
-            return (
-                [],
-                Check("selection", True, "no candidate sentence answers the question"),
-                selection,
-            )
-        return (
-            [deciding[i - 1] for i in ids],
-            Check("selection", True, f"sentences {ids}"),
-            selection,
-        )
+            return [], Check("selection", True, "no candidate sentence answers the question")
+        return [deciding[i - 1] for i in ids], Check("selection", True, f"sentences {ids}")
 
     def _concluded(
         self,

@@ -1,14 +1,10 @@
 """Conclusion: one or two sentences that answer the question as asked, from the quotes alone.
 
-It is asked for as the next turn of the selection's conversation, naming the sentences the
-model chose: llama.cpp (or a server's prompt cache) reuses what it read for the selection,
-so the model reads only this short request before it writes. On 2 cores that reading is
-most of the wait before the first token. For a question in another language the request also
-gives the chosen quotes' renderings, whose wording the conclusion is asked to keep: a
-conclusion worded apart from them could not be checked against them. A yes/no question is
-told to begin with yes or no; a negated when/where question is asked both ways round (see
-rewording). The reply is JSON held to a schema; its "conclusion" string
-streams out as it is written.
+The LLM sees only the quoted sentences it selected (with their renderings, for a question
+in another language), not the other candidates, so it has little to misread. A yes/no
+question is told to begin with yes or no; a negated when/where question is asked both ways
+round (see rewording). The reply is JSON held to a schema; its "conclusion" string streams
+out as it is written.
 """
 
 from __future__ import annotations
@@ -18,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rag.answering.rewording import asks_yes_or_no, both_sides, yes_no_word
-from rag.answering.selection import Selection
-from rag.prompting import Prompt, fill, phrases, render, reply_text
+from rag.answering.selection import context_line
+from rag.prompting import Prompt, fill, phrases, render, reply_text, system_message
 from rag.types import Lang, Quote
 
 CONCLUSION_FIELD = "conclusion"
@@ -43,30 +39,30 @@ def conclusion_prompt(
     lang: Lang,
     quotes: Sequence[Quote],
     *,
-    numbers: Sequence[int],
-    selection: Selection,
+    game_title: str,
+    earlier_question: str | None = None,
 ) -> Prompt:
-    """The conclusion asked for as the next turn of the selection's conversation, from the
-    chosen `quotes` alone (`numbers`: their ids in the selection's list)."""
     words = phrases(lang)
     yes_no = asks_yes_or_no(question, lang)
     reply = words["reply_yes_no" if yes_no else "reply_plain"]
-    ids = ", ".join(str(n) for n in numbers)
-    task = fill(words["conclude"], "conclude", ids=ids, reply=fill(reply, "reply"))
-    renderings = "".join(
-        f"{n}. {q.translation}\n" for n, q in zip(numbers, quotes, strict=True) if q.translation
+    task = fill(words["conclude"], "conclude", reply=fill(reply, "reply"))
+    rule_text = "\n".join(
+        f"{i}. ({q.label}) {q.text}" + (f"\n   ({q.translation})" if q.translation else "")
+        for i, q in enumerate(quotes, start=1)
     )
     closest = quotes[0].text if quotes else None
-    request = render(
+    user = render(
         "conclude.txt",
-        renderings=fill(words["renderings"], "renderings", lines=renderings) if renderings else "",
+        game_title=game_title,
+        rule_text=rule_text,
+        context=context_line(lang, earlier_question),
         question=both_sides(question, lang, closest).strip(),
         task=task,
     )
     return Prompt(
         task="conclude",
         question=question,
-        messages=selection.continued(request),
+        messages=[system_message(), {"role": "user", "content": user}],
         schema=conclusion_schema(yes_no),
     )
 

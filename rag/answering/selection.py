@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rag.answering.candidates import Sentence
@@ -22,23 +21,6 @@ from rag.types import Lang
 
 SELECTION_TOKENS = 24  # {"ids": [3, 1, 7]} and some slack
 _IDS = re.compile(r'"ids"\s*:\s*\[([^\]]*)\]')
-
-
-@dataclass(frozen=True)
-class Selection:
-    """A selection as the model made it: its prompt and its reply, which the conclusion's
-    prompt continues, so that llama.cpp (and a server's prompt cache) reuses what it read
-    for the selection and reads only the conclusion's own request."""
-
-    prompt: Prompt
-    reply: str
-
-    def continued(self, request: str) -> list[dict[str, str]]:
-        return [
-            *self.prompt.messages,
-            {"role": "assistant", "content": self.reply},
-            {"role": "user", "content": request},
-        ]
 
 
 def selection_schema(count: int, most: int) -> dict[str, Any]:
