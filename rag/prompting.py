@@ -73,12 +73,14 @@ def shorten(text: str, limit: int) -> str:
 
 def reply_text(reply: str, field: str) -> tuple[str, dict[str, Any]]:
     """The string `field` of a reply shaped by a prompt's schema, and all its fields. A reply
-    that is not a JSON object (a backend that cannot hold the schema) is the text itself."""
+    that is not a JSON object (a backend that cannot hold the schema) is the text itself;
+    one that began as an object and broke off (cut where it looped, or at its token limit)
+    holds nothing: its text is not fit to show."""
     try:
         data = json.loads(reply)
     except json.JSONDecodeError:
         data = None
     if not isinstance(data, dict):
-        return reply.strip(), {}
+        return ("" if reply.lstrip().startswith("{") else reply.strip()), {}
     text = data.get(field)
     return (text.strip() if isinstance(text, str) else ""), data

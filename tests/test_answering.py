@@ -131,6 +131,15 @@ def test_a_plain_text_reply_is_the_conclusion() -> None:
     assert parse_conclusion('{"other": 1}', "q", "en") == ""
 
 
+def test_a_reply_broken_off_mid_json_is_no_conclusion(settings: Settings) -> None:
+    looped = '{"answer": "yes", "conclusion": "You may use it in the current or next mission, or'
+    assert parse_conclusion(looped, "Can I keep it?", "en") == ""
+    generator = ScriptedGenerator(conclusions=[looped])
+    answer = scripted_pipeline_with(settings, generator).ask("What is the hand limit?", "MaxApoc")
+    assert answer.conclusion is None and answer.quotes  # the rule text, never the raw reply
+    assert '"conclusion"' not in answer.answer
+    assert ("conclusion", False) in [(c.name, c.passed) for c in answer.checks]
+
 
 @pytest.mark.parametrize(
     ("question", "lang", "opening"),
