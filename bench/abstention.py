@@ -1,0 +1,136 @@
+"""Could the rulebook's silence be told from these signals? Measured on gold sets, not shipped.
+
+For every gold item (answerable or not) the passages are retrieved and the sentences an
+answer would quote are chosen as answers choose them. Two signals are read for each:
+- closeness: the cosine similarity of the question's closest sentence (what the
+  `generation.min_sentence_score` gate reads today);
+- judge: the LLM's probability of "yes" against "no" as its first token, asked whether the
+  quoted sentences state the answer (bench/prompts/abstention_judge.txt), read from the
+  logits of that one token.
+It prints each signal's ROC AUC (answerable against unanswerable) and, per threshold, how
+many unanswerable items would abstain against how many answerable ones would.
+
+    python bench/abstention.py [--gold FILE ...] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval import DEFAULT_GOLD
+from eval.runner import load_gold
+from rag.answering.quotes import deciding_sentences
+from rag.generation import make_llama_generator
+from rag.pipeline import Pipeline
+from rag.prompting import fill, system_message
+from rag.settings import load_settings
+
+PROMPT = Path(__file__).with_name("prompts") / "abstention_judge.txt"
+THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+
+
+class YesProbability:
+    """P(yes) / (P(yes) + P(no)) of a chat reply's first token, with the default GGUF."""
+
+    def __init__(self) -> None:
+        self.llm = make_llama_generator(load_settings()).load()
+        self.yes = self._first_tokens("yes", "Yes", " yes", " Yes")
+        self.no = self._first_tokens("no", "No", " no", " No")
+
+    def _first_tokens(self, *words: str) -> list[int]:
+        return sorted({self.llm.tokenize(w.encode(), add_bos=False)[0] for w in words})
+
+    def __call__(self, content: str) -> float:
+        from llama_cpp import LogitsProcessorList
+
+        seen: list[float] = []
+
+        def read(_ids: Any, logits: np.ndarray) -> np.ndarray:
+            if not seen:
+                p = np.exp(logits - logits.max())
+                seen.append(float(p[self.yes].sum() / (p[self.yes].sum() + p[self.no].sum())))
+            return logits
+
+        self.llm.create_chat_completion(
+            messages=[system_message(), {"role": "user", "content": content}],
+            max_tokens=1,
+            temperature=0,
+            logits_processor=LogitsProcessorList([read]),
+        )
+        return seen[0]
+
+
+def auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
+    """How often an answerable item scores above an unanswerable one (ties count half)."""
+    if not positive or not negative:
+        return None
+    pairs = [(p > n) + 0.5 * (p == n) for p in positive for n in negative]
+    return float(np.mean(pairs))
+
+
+def run(golds: Sequence[Path]) -> dict[str, Any]:
+    pipeline = Pipeline(load_settings())
+    judge = YesProbability()
+    template = PROMPT.read_text(encoding="utf-8")
+    passages = pipeline.settings.generation.passages
+    rows: list[dict[str, Any]] = []
+    for gold in golds:
+        for item in load_gold(gold):
+            game, hits = pipeline.retrieve(item.question, item.game)
+            ranked = pipeline.answerer.candidates.rank(item.question, hits[:passages])
+            deciding = deciding_sentences(ranked, pipeline.settings.generation.quotes)
+            sentences = "\n".join(
+                f"{i}. ({s.hit.chunk.section[-1]}) {s.text}" for i, s in enumerate(deciding, 1)
+            )
+            content = fill(
+                template, "abstention_judge", game_title=game.title, sentences=sentences,
+                question=item.question,
+            )  # fmt: skip
+            rows.append(
+                {
+                    "gold": gold.name,
+                    "id": item.id,
+                    "answerable": item.answerable,
+                    "closeness": ranked[0].score if ranked else 0.0,
+                    "judge": judge(content),
+                }
+            )
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    return {"items": rows, "signals": {s: summary(rows, s) for s in ("closeness", "judge")}}
+
+
+def summary(rows: list[dict[str, Any]], signal: str) -> dict[str, Any]:
+    answerable = [r[signal] for r in rows if r["answerable"]]
+    silent = [r[signal] for r in rows if not r["answerable"]]
+    return {
+        "auc": auc(answerable, silent),
+        "abstaining": {
+            str(t): {
+                "unanswerable": f"{sum(v < t for v in silent)}/{len(silent)}",
+                "answerable": f"{sum(v < t for v in answerable)}/{len(answerable)}",
+            }
+            for t in THRESHOLDS
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
+    parser.add_argument("--json", action="store_true", help="Print every item's signals too.")
+    args = parser.parse_args()
+    report = run(args.gold or [DEFAULT_GOLD])
+    shown = report if args.json else report["signals"]
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
