@@ -75,61 +75,53 @@ class LlamaCppGenerator(Generator):
         self._max_tokens = max_tokens
         self._seed = seed
         self._prompt_lookup = prompt_lookup
-        self._contexts: dict[str, Any] = {}
+        self._llm: Any = None
 
         # llama.cpp contexts are not thread-safe: one generation at a time per model.
         self.lock = threading.Lock()
 
-    def load(self, task: str = "select") -> Any:
-        """The model's context for `task`, loaded on first use. Renderings get a context of
-        their own: llama.cpp reuses only the prefix of the last prompt a context read, so
-        there the translation instruction stays read from one sentence to the next and from
-        one question to the next, instead of being read again after every selection and
-        conclusion. (The weights are memory-mapped, so the second context shares them.)"""
-        context = "translate" if task == "translate" else "answer"
-        if context not in self._contexts:
-            self._contexts[context] = self._new_context()
-        return self._contexts[context]
+    def load(self) -> Any:
+        if self._llm is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise ModelError(
+                    "llama-cpp-python is not installed: run scripts/setup.sh "
+                    "(it builds it with the CPU flags this machine needs)."
+                ) from exc
+            if not self.model_path.is_file():
+                raise ModelError(
+                    f"GGUF model {self.model_path} not found: run `rules models fetch`."
+                )
+            draft = None
+            if self._prompt_lookup:
+                # Drafts the next tokens from n-grams of the prompt: a conclusion or a
+                # translation copies rule wording, so drafts are often accepted whole.
+                from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    def _new_context(self) -> Any:
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise ModelError(
-                "llama-cpp-python is not installed: run scripts/setup.sh "
-                "(it builds it with the CPU flags this machine needs)."
-            ) from exc
-        if not self.model_path.is_file():
-            raise ModelError(f"GGUF model {self.model_path} not found: run `rules models fetch`.")
-        draft = None
-        if self._prompt_lookup:
-            # Drafts the next tokens from n-grams of the prompt: a conclusion or a
-            # translation copies rule wording, so drafts are often accepted whole.
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-            draft = LlamaPromptLookupDecoding(num_pred_tokens=self._prompt_lookup)
-        return Llama(
-            model_path=str(self.model_path),
-            n_ctx=self._n_ctx,
-            n_threads=self._threads,
-            n_threads_batch=self._threads,
-            draft_model=draft,
-            verbose=False,
-        )
+                draft = LlamaPromptLookupDecoding(num_pred_tokens=self._prompt_lookup)
+            self._llm = Llama(
+                model_path=str(self.model_path),
+                n_ctx=self._n_ctx,
+                n_threads=self._threads,
+                n_threads_batch=self._threads,
+                draft_model=draft,
+                verbose=False,
+            )
+        return self._llm
 
     def warm_up(self) -> None:
-        # One token after the system prompt, in each context: llama.cpp keeps the prefix it
-        # evaluated and reuses it for every prompt that starts the same way (all of them).
+        # One token after the system prompt: llama.cpp keeps the prefix it evaluated and
+        # reuses it for every prompt that starts the same way (all of them, see prompting).
         with self.lock:
-            for task in ("select", "translate"):
-                self.load(task).create_chat_completion(messages=[system_message()], max_tokens=1)
+            self.load().create_chat_completion(messages=[system_message()], max_tokens=1)
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
         return stop_repeating(self._stream(prompt))
 
     def _stream(self, prompt: Prompt) -> Iterator[str]:
         with self.lock:
-            llm = self.load(prompt.task)
+            llm = self.load()
             shape = {"type": "json_object", "schema": prompt.schema} if prompt.schema else None
             chunks = llm.create_chat_completion(
                 messages=prompt.messages,

@@ -127,29 +127,18 @@ def test_queue_time_is_accounted_for(
         assert elapsed - t["total_s"] < 0.25 + 0.2 * elapsed
 
 
-def test_the_llm_warm_up_reads_the_system_prompt_in_each_context(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[tuple[int, dict[str, Any]]] = []
-    made: list[int] = []
+def test_the_llm_warm_up_reads_the_system_prompt(tmp_path: Path) -> None:
+    calls: list[dict[str, Any]] = []
 
     class FakeLlama:
-        def __init__(self) -> None:
-            self.n = len(made)
-            made.append(self.n)
-
         def create_chat_completion(self, **kwargs: Any) -> Iterator[Any]:
-            calls.append((self.n, kwargs))
+            calls.append(kwargs)
             return iter(())
 
     llm = LlamaCppGenerator("fake", tmp_path / "none.gguf")
-    monkeypatch.setattr(llm, "_new_context", FakeLlama)
+    llm._llm = FakeLlama()
     llm.warm_up()
-    warm = {"messages": [system_message()], "max_tokens": 1}
-    assert calls == [(0, warm), (1, warm)]
-    # the conclusion continues the selection in one context; renderings have the other
-    assert llm.load("select") is llm.load("conclude") is not llm.load("translate")
-    assert made == [0, 1]  # loaded once each
+    assert calls == [{"messages": [system_message()], "max_tokens": 1}]
 
 
 def test_a_request_timed_out_in_the_queue_is_busy_not_slow(
