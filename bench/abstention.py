@@ -15,7 +15,6 @@ many unanswerable items would abstain against how many answerable ones would.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from eval import DEFAULT_GOLD
-from eval.runner import load_gold
+from eval.runner import gold_set_parser, load_gold
 from rag.answering.quotes import deciding_sentences
 from rag.generation import make_llama_generator
 from rag.pipeline import Pipeline
@@ -122,9 +121,7 @@ def summary(rows: list[dict[str, Any]], signal: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
-    parser.add_argument("--json", action="store_true", help="Print every item's signals too.")
+    parser = gold_set_parser(__doc__, json_help="Print every item's signals too.")
     args = parser.parse_args()
     report = run(args.gold or [DEFAULT_GOLD])
     shown = report if args.json else report["signals"]

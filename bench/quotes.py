@@ -15,7 +15,6 @@ of its key facts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import DEFAULT_GOLD
-from eval.runner import GoldItem, format_value, load_gold
+from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
 from rag.answering.quotes import deciding_sentences, make_quotes
@@ -122,9 +121,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
-    parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    parser = gold_set_parser(__doc__, json_help="Print the report as JSON.")
     args = parser.parse_args()
     report = run(args.gold or [DEFAULT_GOLD])
     print(json.dumps(report, indent=2) if args.json else render(report))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import DEFAULT_GOLD, GOLD_DIR
-from eval.runner import GoldItem, load_gold
+from eval.runner import GoldItem, gold_set_parser, load_gold
 from rag.metrics import first_hit_rank, hit_at, mean, percentile, reciprocal_rank, share
 from rag.pipeline import Pipeline
 from rag.reading.corpus import Corpus
@@ -157,12 +157,10 @@ def _book(value: str) -> tuple[Path, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
+    parser = gold_set_parser(__doc__, json_help="Print the report as JSON.")
     parser.add_argument("--book", type=_book, action="append", help="FILE=TITLE to add first.")
     parser.add_argument("--rerank", action="store_true", help="Also run hybrid + LLM rerank.")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N items.")
-    parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
     args = parser.parse_args()
     real = {REAL_RULEBOOKS / name: title for name, title in REAL_BOOKS.items()}
     if args.book is not None:

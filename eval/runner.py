@@ -8,6 +8,7 @@ while a broken setup (missing model, corrupt index) stops the run with its own e
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -155,6 +156,14 @@ def load_gold(path: Path) -> list[GoldItem]:
     if not items:
         raise InputError(f"Gold file {path} holds no items.")
     return items
+
+
+def gold_set_parser(doc: str | None, *, json_help: str) -> argparse.ArgumentParser:
+    """The options every benchmark over gold sets takes: --gold (repeatable) and --json."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--gold", type=Path, action="append", help="A gold set (repeatable).")
+    parser.add_argument("--json", action="store_true", help=json_help)
+    return parser
 
 
 def _item_slug(pipeline: Pipeline, item: GoldItem) -> str | None:
