@@ -26,6 +26,7 @@ import numpy as np
 from eval import DEFAULT_GOLD
 from eval.runner import gold_set_parser, load_gold
 from rag.answering.quotes import deciding_sentences
+from rag.answering.selection import numbered
 from rag.generation import make_llama_generator
 from rag.pipeline import Pipeline
 from rag.prompting import fill, system_message
@@ -85,12 +86,9 @@ def run(golds: Sequence[Path]) -> dict[str, Any]:
             game, hits = pipeline.retrieve(item.question, item.game)
             ranked = pipeline.answerer.candidates.rank(item.question, hits[:passages])
             deciding = deciding_sentences(ranked, pipeline.settings.generation.quotes)
-            sentences = "\n".join(
-                f"{i}. ({s.hit.chunk.section[-1]}) {s.text}" for i, s in enumerate(deciding, 1)
-            )
             content = fill(
-                template, "abstention_judge", game_title=game.title, sentences=sentences,
-                question=item.question,
+                template, "abstention_judge", game_title=game.title,
+                sentences=numbered(deciding), question=item.question,
             )  # fmt: skip
             rows.append(
                 {

@@ -44,6 +44,13 @@ def context_line(lang: Lang, earlier_question: str | None) -> str:
     return phrases(lang)["earlier_question"].format(question=earlier_question) + "\n"
 
 
+def numbered(sentences: Sequence[Sentence]) -> str:
+    """The sentences as the model is shown them to choose from: "1. (Section) text"."""
+    return "\n".join(
+        f"{i}. ({s.hit.chunk.section[-1]}) {s.text}" for i, s in enumerate(sentences, start=1)
+    )
+
+
 def selection_prompt(
     question: str,
     lang: Lang,
@@ -53,13 +60,10 @@ def selection_prompt(
     most: int,
     earlier_question: str | None = None,
 ) -> Prompt:
-    sentences = "\n".join(
-        f"{i}. ({s.hit.chunk.section[-1]}) {s.text}" for i, s in enumerate(candidates, start=1)
-    )
     user = render(
         "select.txt",
         game_title=game_title,
-        sentences=sentences,
+        sentences=numbered(candidates),
         context=context_line(lang, earlier_question),
         question=question,
         most=str(most),

@@ -2,9 +2,10 @@
 
 No registry package carries a cross-encoder, so the reranker shipped here asks the answering
 LLM (local, or behind an OpenAI-compatible server) a yes/no question per passage: passages
-judged relevant move ahead of the others, each group keeping its fused order. (Token
-probabilities would need llama.cpp to keep the logits of every position, which slows every
-answer.)
+judged relevant move ahead of the others, each group keeping its fused order. (The first
+token's probability of "yes" can be read without keeping every position's logits, as
+bench/abstention.py does with a logits processor, but not through the Generator interface,
+which returns text; a server behind the openai backend may not return it either.)
 """
 
 from __future__ import annotations
