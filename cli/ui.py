@@ -31,6 +31,7 @@ _STAGE_LABELS = {
     "chunk": "Reading rulebooks",
     "reuse": "Passages already embedded",
     "embed": "Embedding new passages",
+    "sentences": "Embedding new sentences",
 }
 
 

@@ -111,7 +111,10 @@ class Pipeline:
 
     def _make_answerer(self, generator: Generator) -> Answerer:
         gen = self.settings.generation
-        return Answerer(CandidateSelector(self.embedder), generator, gen)
+        candidates = CandidateSelector(
+            self.embedder, lambda: self.ensure_index().index.sentence_vectors()
+        )
+        return Answerer(candidates, generator, gen)
 
     @property
     def generator(self) -> Generator:

@@ -3,6 +3,7 @@ from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.quotes import deciding_sentences
 from rag.pipeline import Pipeline
+from rag.searching.sentences import SentenceVectors
 from rag.settings import Settings
 
 HITS = make_hits(
@@ -12,18 +13,13 @@ HITS = make_hits(
 )
 
 
-class CountingEmbedder(FakeEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.passage_batches = 0
-
-    def embed_passages(self, texts, batch_size=16, progress=None):
-        self.passage_batches += 1
-        return super().embed_passages(texts, batch_size, progress)
+def selector(embedder: FakeEmbedder) -> CandidateSelector:
+    stored, _ = SentenceVectors.embed([hit.chunk for hit in HITS], embedder)
+    return CandidateSelector(embedder, lambda: stored)
 
 
 def test_sentences_are_ranked_closest_first() -> None:
-    ranked = CandidateSelector(FakeEmbedder()).rank("stunned monster activate", HITS)
+    ranked = selector(FakeEmbedder()).rank("stunned monster activate", HITS)
     assert [s.text for s in ranked[:2]] == [
         "A stunned monster does not activate this turn.",
         "Monsters activate from left to right.",
@@ -32,12 +28,21 @@ def test_sentences_are_ranked_closest_first() -> None:
     assert len(ranked) == 6  # "Setup is quick." is kept: 15 characters
 
 
-def test_sentence_vectors_are_computed_once_per_passage() -> None:
-    embedder = CountingEmbedder()
-    selector = CandidateSelector(embedder)
-    selector.rank("hand limit", HITS)
-    selector.rank("monsters", HITS)
-    assert embedder.passage_batches == len(HITS)
+def test_ranking_embeds_the_question_and_no_sentence() -> None:
+    class Counting(FakeEmbedder):
+        passages = 0
+
+        def embed_passages(self, texts, batch_size=16, progress=None):
+            self.passages += len(texts)
+            return super().embed_passages(texts, batch_size, progress)
+
+    embedder = Counting()
+    chosen = selector(embedder)
+    embedded_with_the_index = embedder.passages
+    chosen.rank("hand limit", HITS)
+    chosen.rank("monsters", HITS)
+    assert embedded_with_the_index == 6
+    assert embedder.passages == embedded_with_the_index
 
 
 def _sentence(passage: int, position: int, score: float) -> Sentence:

@@ -1,8 +1,10 @@
-"""Index builds are incremental: a rebuild embeds only the passages the stored index lacks."""
+"""Index builds are incremental: a rebuild embeds only the passages (and the sentences) the
+stored index lacks."""
 
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 from pathlib import Path
 
@@ -12,25 +14,32 @@ from conftest import FakeEmbedder
 
 import rag.pipeline
 import rag.searching.index
+from rag.errors import IndexError_
 from rag.pipeline import Pipeline
 from rag.reading.chunking import chunk_document
 from rag.reading.files import load_document
 from rag.searching.index import IndexStore
+from rag.searching.sentences import passage_sentences
 from rag.settings import Settings
+from rag.types import Chunk
 
 
 class CountingEmbedder(FakeEmbedder):
-    """The fake embedder, remembering every passage text it was asked to embed."""
+    """The fake embedder, remembering what a build asked it to embed: passages first, then
+    sentences (a kind with nothing new is not asked for)."""
 
     def __init__(self, name: str = FakeEmbedder.name) -> None:
         super().__init__()
         self.name = name
-        self.embedded: list[str] = []
+        self.calls: list[list[str]] = []
 
-    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        if not query:
-            self.embedded.extend(texts)
-        return super()._encode(texts, query=query)
+    def embed_passages(self, texts, batch_size=16, progress=None):  # type: ignore[no-untyped-def]
+        self.calls.append(list(texts))
+        return super().embed_passages(texts, batch_size, progress)
+
+
+def _distinct_sentences(chunks: list[Chunk]) -> set[str]:
+    return {text for chunk in chunks for text in passage_sentences(chunk.text)}
 
 
 class BatchRecorder(FakeEmbedder):
@@ -73,18 +82,22 @@ def test_adding_a_book_embeds_only_its_passages(settings: Settings, rulebook: Pa
     embedder = CountingEmbedder()
     pipeline = Pipeline(settings, embedder=embedder)
     built = pipeline.ensure_index().index
-    assert len(embedder.embedded) == len(built.chunks) > 100
-    embedder.embedded.clear()
+    passages, sentences = embedder.calls
+    assert len(passages) == len(built.chunks) > 100
+    assert sorted(sentences) == sorted(_distinct_sentences(built.chunks))
+    embedder.calls.clear()
 
     pipeline.add_book(rulebook, "Pebble Race")
 
     index = pipeline.ensure_index().index
     own = index.chunks_of("pebble-race")
     assert len(own) == 3
-    # Each embedded text is its passage's, after a line of section headings.
-    embedded = sorted(text.split("\n", 1)[1] for text in embedder.embedded)
-    assert embedded == sorted(c.text for c in own)
+    passages, sentences = embedder.calls
+    # Each embedded passage text is its passage's, after a line of section headings.
+    assert sorted(text.split("\n", 1)[1] for text in passages) == sorted(c.text for c in own)
     assert (index.manifest["embedded"], index.manifest["reused"]) == (3, len(built.chunks))
+    assert set(sentences) == _distinct_sentences(own) - _distinct_sentences(built.chunks)
+    assert index.manifest["sentences_embedded"] == len(sentences) > 0
     # Every reused vector is still its own passage's: the same as a build from scratch.
     fresh = settings.model_copy(update={"home": settings.home.parent / "fresh"})
     shutil.copytree(settings.user_books_dir, fresh.user_books_dir)
@@ -92,6 +105,12 @@ def test_adding_a_book_embeds_only_its_passages(settings: Settings, rulebook: Pa
     incremental, scratch = _vectors(pipeline.index_store()), _vectors(IndexStore(fresh.index_dir))
     assert incremental.keys() == scratch.keys()
     assert all(np.allclose(incremental[key], scratch[key]) for key in scratch)
+    kept, fresh_sentences = (
+        IndexStore(folder).load().sentence_vectors()
+        for folder in (settings.index_dir, fresh.index_dir)
+    )
+    assert kept.texts == fresh_sentences.texts
+    assert all(np.allclose(kept.vectors[i], fresh_sentences.vectors[i]) for i in kept.texts)
 
 
 def test_removing_a_book_embeds_nothing(settings: Settings, rulebook: Path) -> None:
@@ -99,12 +118,12 @@ def test_removing_a_book_embeds_nothing(settings: Settings, rulebook: Path) -> N
     pipeline = Pipeline(settings, embedder=embedder)
     pipeline.add_book(rulebook, "Pebble Race")
     before = pipeline.ensure_index().index
-    embedder.embedded.clear()
+    embedder.calls.clear()
 
     pipeline.remove_book("pebble-race")
 
     after = pipeline.ensure_index().index
-    assert embedder.embedded == []
+    assert embedder.calls == []
     assert "pebble-race" not in after.manifest["games"]
     assert after.manifest["reused"] == len(after.chunks) == len(before.chunks) - 3
     assert _vectors(pipeline.index_store()).keys() <= {c.id for c in before.chunks}
@@ -117,7 +136,8 @@ def test_another_embedder_re_embeds_everything(settings: Settings) -> None:
     index = Pipeline(settings, embedder=other).ensure_index().index
 
     assert index.manifest["embedding_model"] == "another-embedder"
-    assert len(other.embedded) == len(index.chunks) == index.manifest["embedded"]
+    assert len(other.calls[0]) == len(index.chunks) == index.manifest["embedded"]
+    assert len(other.calls[1]) == index.manifest["sentences_embedded"] > len(index.chunks)
 
 
 def test_a_rebuild_asked_for_re_embeds_everything(settings: Settings) -> None:
@@ -126,7 +146,8 @@ def test_a_rebuild_asked_for_re_embeds_everything(settings: Settings) -> None:
 
     index = Pipeline(settings, embedder=embedder).ensure_index(rebuild=True).index
 
-    assert len(embedder.embedded) == len(index.chunks) == index.manifest["embedded"]
+    assert len(embedder.calls[0]) == len(index.chunks) == index.manifest["embedded"]
+    assert set(embedder.calls[1]) == _distinct_sentences(index.chunks)
 
 
 def test_another_chunker_version_rechunks_every_book(
@@ -148,7 +169,11 @@ def test_another_chunker_version_rechunks_every_book(
     # chunker left as they were keep theirs, every other one is embedded.
     old_texts = {(c.section, c.text) for c in old.chunks}
     changed = [c for c in index.chunks if (c.section, c.text) not in old_texts]
-    assert changed and len(embedder.embedded) == len(changed) == index.manifest["embedded"]
+    assert changed and len(embedder.calls[0]) == len(changed) == index.manifest["embedded"]
+    # Only sentences the old passages did not have are embedded (a long one cut in two).
+    new_sentences = _distinct_sentences(index.chunks) - _distinct_sentences(old.chunks)
+    assert set(embedder.calls[1] if len(embedder.calls) > 1 else []) == new_sentences
+    assert len(new_sentences) < len(_distinct_sentences(index.chunks)) / 10
 
 
 def test_a_crash_mid_build_leaves_the_old_index(settings: Settings, rulebook: Path) -> None:
@@ -183,3 +208,22 @@ def test_a_crash_while_writing_leaves_the_old_index(
         c.id for c in old.chunks
     ]
     assert sorted(p.name for p in settings.home.iterdir()) == ["books", "index"]
+
+
+def test_an_index_from_before_sentence_vectors_lends_its_passages(settings: Settings) -> None:
+    pipeline = Pipeline(settings, embedder=FakeEmbedder())
+    built = pipeline.ensure_index().index
+    store = pipeline.index_store()
+    manifest = json.loads(store.manifest_path.read_text(encoding="utf-8"))
+    store.manifest_path.write_text(json.dumps({**manifest, "format": 2}), encoding="utf-8")
+    for name in ("sentences.json", "sentences.npy"):
+        (store.folder / name).unlink()
+    with pytest.raises(IndexError_, match="corrupt"):
+        store.load()
+    embedder = CountingEmbedder()
+
+    index = Pipeline(settings, embedder=embedder).ensure_index().index
+
+    assert (index.manifest["embedded"], index.manifest["reused"]) == (0, len(built.chunks))
+    assert [set(call) for call in embedder.calls] == [_distinct_sentences(built.chunks)]
+    assert store.load().sentence_vectors().texts == built.sentence_vectors().texts

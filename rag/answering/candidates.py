@@ -5,22 +5,18 @@ among the quoted ones, so it reads a few sentences instead of whole passages: on
 CPU the wait before the first token is the prompt read (about 65 tokens/s), and a 1.5B
 model given fewer, closer sentences is distracted less. Sentences are compared with the
 question by the same multilingual embedder as retrieval, so a Chinese question picks
-English sentences. Each passage's sentence vectors are computed once per process.
+English sentences. The sentences' vectors were computed when the index was built; an answer
+embeds only its question.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from rag.lang import split_sentences
 from rag.searching.embedding import Embedder
+from rag.searching.sentences import SentenceVectors
 from rag.types import Hit
-
-MIN_SENTENCE_CHARS = 12  # shorter pieces are headings or list labels, not rules
 
 
 @dataclass(frozen=True)
@@ -33,28 +29,17 @@ class Sentence:
 
 
 class CandidateSelector:
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, sentences: Callable[[], SentenceVectors]) -> None:
         self.embedder = embedder
-        self._vectors: dict[str, tuple[list[str], np.ndarray]] = {}
-        self._lock = threading.Lock()
-
-    def _sentences_of(self, hit: Hit) -> tuple[list[str], np.ndarray]:
-        with self._lock:
-            if hit.chunk.id not in self._vectors:
-                texts = [
-                    s.strip()
-                    for s in split_sentences(hit.chunk.text)
-                    if len(s.strip()) >= MIN_SENTENCE_CHARS
-                ]
-                self._vectors[hit.chunk.id] = (texts, self.embedder.embed_passages(texts))
-            return self._vectors[hit.chunk.id]
+        self.sentences = sentences  # the current index's: a rebuild replaces them
 
     def rank(self, question: str, hits: Sequence[Hit]) -> list[Sentence]:
         """Every sentence of the hits, closest to the question first."""
         query = self.embedder.embed_query(question)
+        stored = self.sentences()
         ranked: list[Sentence] = []
         for passage, hit in enumerate(hits):
-            texts, vectors = self._sentences_of(hit)
+            texts, vectors = stored.of(hit.chunk.id)
             if not texts:
                 continue
             scores = vectors @ query

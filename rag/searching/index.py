@@ -4,7 +4,8 @@ The index is rebuilt only when the manifest no longer matches: another embedding
 another chunker version, or a changed corpus (hash of every manifest and rulebook file).
 A rebuild embeds only the passages the stored index lacks: a vector depends on nothing but
 the model and the text embedded, so every other vector is taken from the stored index
-(adding a rulebook embeds its passages alone; removing one embeds nothing).
+(adding a rulebook embeds its passages alone; removing one embeds nothing). Each passage's
+sentences are embedded with it (see sentences), and reused the same way.
 Exact inner-product search suits small corpora; past `hnsw_threshold` chunks an HNSW graph
 replaces it. Each game's chunks are stored contiguously, so a search is scoped to one game
 with an ID range instead of a post-filter that could starve the results.
@@ -28,12 +29,13 @@ from rag.errors import IndexError_
 from rag.reading.chunking import CHUNKER_VERSION
 from rag.reading.corpus import MANIFEST, Corpus
 from rag.searching.embedding import Embedder
+from rag.searching.sentences import SentenceVectors
 from rag.settings import Settings
 from rag.types import Chunk
 
 Progress = Callable[[str, int, int], None]
 
-FORMAT_VERSION = 2  # 2: the manifest counts the passages embedded and reused
+FORMAT_VERSION = 3  # 2: the manifest counts the passages embedded and reused; 3: sentences
 
 
 def corpus_hash(corpus: Corpus) -> str:
@@ -62,6 +64,7 @@ class ChunkIndex:
     chunks: list[Chunk]
     faiss_index: Any
     manifest: dict[str, Any]
+    sentences: SentenceVectors | None = None  # None: loaded for its contents alone
     _ranges: dict[str, tuple[int, int]] = field(default_factory=dict, init=False)
     _languages: dict[str, str] = field(default_factory=dict, init=False)
 
@@ -83,6 +86,11 @@ class ChunkIndex:
     def chunks_of(self, slug: str) -> list[Chunk]:
         start, end = self.game_range(slug)
         return self.chunks[start:end]
+
+    def sentence_vectors(self) -> SentenceVectors:
+        if self.sentences is None:
+            raise IndexError_("The index was loaded without its vectors.")
+        return self.sentences
 
     def chunk_by_id(self, chunk_id: str) -> Chunk | None:
         return next((c for c in self.chunks if c.id == chunk_id), None)
@@ -126,7 +134,7 @@ def build_faiss(vectors: np.ndarray, hnsw_threshold: int) -> tuple[Any, str]:
 
 
 class IndexStore:
-    """An index folder: manifest.json, chunks.jsonl, vectors.faiss."""
+    """An index folder: manifest.json, chunks.jsonl, vectors.faiss and the sentences' files."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -181,6 +189,16 @@ class IndexStore:
             else np.zeros((0, embedder.dimension), dtype=np.float32)
         )
         faiss_index, kind = build_faiss(vectors, settings.retrieval.hnsw_threshold)
+        on_sentences = (
+            (lambda done, total: progress("sentences", done, total)) if progress else None
+        )
+        sentences, sentences_embedded = SentenceVectors.embed(
+            chunks,
+            embedder,
+            stored=self.stored_sentences() if reuse else None,
+            batch_size=settings.embedding.batch_size,
+            on_batch=on_sentences,
+        )
         manifest = {
             **expected_manifest(corpus, settings, embedder.name),
             "dimension": int(vectors.shape[1]),
@@ -188,6 +206,8 @@ class IndexStore:
             "chunks": len(chunks),
             "embedded": len(new),
             "reused": len(chunks) - len(new),
+            "sentences": sum(len(texts) for texts in sentences.texts.values()),
+            "sentences_embedded": sentences_embedded,
             "games": corpus.slugs,
             "build_seconds": round(time.perf_counter() - started, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -200,27 +220,43 @@ class IndexStore:
                 for chunk in chunks:
                     out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
             faiss.write_index(faiss_index, str(tmp / "vectors.faiss"))
+            sentences.save(tmp)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self._swap_in(tmp)
-        return ChunkIndex(chunks, faiss_index, manifest)
+        return ChunkIndex(chunks, faiss_index, manifest, sentences)
 
     def load(self) -> ChunkIndex:
-        faiss = _faiss()
         contents = self.load_contents()
+        faiss_index = self._read_vectors(contents)
         try:
-            faiss_index = faiss.read_index(str(self.folder / "vectors.faiss"))
+            sentences = SentenceVectors.load(self.folder)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise self._corrupt(exc) from exc
+        if set(sentences.texts) != {chunk.id for chunk in contents.chunks}:
+            raise self._inconsistent()
+        return ChunkIndex(contents.chunks, faiss_index, contents.manifest, sentences)
+
+    def _read_vectors(self, contents: ChunkIndex) -> Any:
+        try:
+            faiss_index = _faiss().read_index(str(self.folder / "vectors.faiss"))
         except RuntimeError as exc:
-            raise IndexError_(
-                f"The index at {self.folder} is corrupt ({exc}): run `rules index --rebuild`."
-            ) from exc
+            raise self._corrupt(exc) from exc
         if faiss_index.ntotal != len(contents.chunks):
-            raise IndexError_(
-                f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
-            )
-        return ChunkIndex(contents.chunks, faiss_index, contents.manifest)
+            raise self._inconsistent()
+        return faiss_index
+
+    def _corrupt(self, error: Exception) -> IndexError_:
+        return IndexError_(
+            f"The index at {self.folder} is corrupt ({error}): run `rules index --rebuild`."
+        )
+
+    def _inconsistent(self) -> IndexError_:
+        return IndexError_(
+            f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
+        )
 
     def load_contents(self) -> ChunkIndex:
         """The chunks and manifest without the vectors: what the rulebook viewer and the game
@@ -235,27 +271,32 @@ class IndexStore:
                 if line.strip()
             ]
         except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise IndexError_(
-                f"The index at {self.folder} is corrupt ({exc}): run `rules index --rebuild`."
-            ) from exc
+            raise self._corrupt(exc) from exc
         if manifest.get("chunks") != len(chunks):
-            raise IndexError_(
-                f"The index at {self.folder} is inconsistent: run `rules index --rebuild`."
-            )
+            raise self._inconsistent()
         return ChunkIndex(chunks, None, manifest)
 
     def stored_vectors(self) -> dict[str, np.ndarray]:
-        """The stored index's vectors by `vector_key`; none when there is no readable index."""
+        """The stored index's vectors by `vector_key`; none when there is no readable index.
+        (An index of an older format, without sentences, still lends its passages' vectors.)"""
         try:
-            index = self.load()
+            contents = self.load_contents()
+            faiss_index = self._read_vectors(contents)
         except IndexError_:
             return {}
-        model = str(index.manifest["embedding_model"])
-        vectors = index.faiss_index.reconstruct_n(0, index.faiss_index.ntotal)
+        model = str(contents.manifest["embedding_model"])
+        vectors = faiss_index.reconstruct_n(0, faiss_index.ntotal)
         return {
             vector_key(model, chunk): vector
-            for chunk, vector in zip(index.chunks, vectors, strict=True)
+            for chunk, vector in zip(contents.chunks, vectors, strict=True)
         }
+
+    def stored_sentences(self) -> dict[str, np.ndarray]:
+        """The stored sentences' vectors by `sentence_key`; none when there are none to read."""
+        try:
+            return SentenceVectors.load(self.folder).by_key()
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
 
     def _swap_in(self, built: Path) -> None:
         """Make `built` the index folder. The old folder is renamed aside, not deleted in
