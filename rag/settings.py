@@ -141,6 +141,13 @@ class GenerationSettings(BaseModel):
         description="Most sentences quoted, the closest to the question of the one passage "
         "that answers best; the LLM selects among them.",
     )
+    answer_yes_no: bool = Field(
+        False,
+        description="Let the LLM open the answer to a yes/no question with yes or no. Off: "
+        "such a question gets the quoted rule and no conclusion, because the default 1.5B "
+        "model's yes or no was right 58-68% of the time on the probe sets (eval/RESULTS.md); "
+        "turn it on for a model that `rules eval` on eval/gold/probe*.jsonl shows is right.",
+    )
     min_sentence_score: float = Field(
         0.39,
         description="Below this cosine similarity between the question and its closest "

@@ -20,6 +20,7 @@ from rag.answering.quotes import make_quotes
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt, selection_schema
 from rag.pipeline import Pipeline
+from rag.prompting import phrases
 from rag.settings import Settings
 from rag.types import Quote
 
@@ -409,3 +410,20 @@ def test_follow_ups_show_the_earlier_question(settings: Settings) -> None:
     assert answer.game == "maximum-apocalypse"
     shown = generator.prompts[0].messages[-1]["content"]
     assert "Earlier question: <<<What is the hand limit in Maximum Apocalypse?>>>" in shown
+
+
+def test_a_yes_no_question_gets_the_rule_and_no_untrusted_yes_or_no(settings: Settings) -> None:
+    question = "Is there a hand limit?"
+    generator = ScriptedGenerator(conclusions=['{"answer": "yes", "conclusion": "{rule}"}'])
+    answer = scripted_pipeline_with(settings, generator).ask(question, "MaxApoc")
+    assert [p.task for p in generator.prompts] == ["select"]  # no conclusion asked for
+    assert answer.conclusion is None and answer.quotes and not answer.abstained
+    assert answer.answer.startswith(phrases("en")["read_the_rule"])
+    assert ("yes_no", False) in [(c.name, c.passed) for c in answer.checks]
+
+    generation = settings.generation.model_copy(update={"answer_yes_no": True})
+    trusting = settings.model_copy(update={"generation": generation})
+    generator = ScriptedGenerator(conclusions=['{"answer": "yes", "conclusion": "{rule}"}'])
+    answer = scripted_pipeline_with(trusting, generator).ask(question, "MaxApoc")
+    assert [p.task for p in generator.prompts] == ["select", "conclude"]
+    assert answer.conclusion is not None and answer.conclusion.startswith("Yes")

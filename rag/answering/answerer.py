@@ -4,8 +4,9 @@ passages -> candidates (their sentences, closest to the question first; none clo
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, verbatim, shown at once) -> selection (the LLM names the quoted sentences
 that answer; none: the rulebook is silent) -> translation (of those, for a question in
-another language) -> conclusion (the LLM answers from the selected quotes alone) -> checks
--> assembly (every quote shown, the conclusion only when it passed).
+another language) -> conclusion (the LLM answers from the selected quotes alone; not asked
+for a yes/no question unless `answer_yes_no` trusts the model's yes or no) -> checks ->
+assembly (every quote shown, the conclusion only when it passed).
 With the extractive backend no model runs: the quotes are the answer.
 """
 
@@ -25,6 +26,7 @@ from rag.answering.checks import (
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.quotes import deciding_sentences, make_quotes
+from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import Translator
 from rag.generation import Generator
@@ -33,6 +35,9 @@ from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
 
 # Most quoted sentences the conclusion rests on: fewer, the shorter its prompt.
 MOST_CHOSEN = 3
+UNTRUSTED_YES_NO = Check(
+    "yes_no", False, "a yes or no from this model is not trusted (generation.answer_yes_no)"
+)
 
 
 @dataclass(frozen=True)
@@ -91,17 +96,22 @@ class Answerer:
                 checks.append(translation_check)
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
-            reply: list[str] = []
-            prompt = conclusion_prompt(
-                question.text,
-                question.lang,
-                basis,
-                game_title=question.game.title,
-                earlier_question=question.earlier,
-            )
-            for text in stream_conclusion(self.generator.stream(prompt), reply):
-                yield StreamEvent("token", text=text)
-            answer = self._concluded(question, hits, quotes, basis, "".join(reply), checks)
+            if asks_yes_or_no(question.text, question.lang) and not self.settings.answer_yes_no:
+                answer = self._answer(
+                    question, hits, quotes, [*checks, UNTRUSTED_YES_NO], withheld=True
+                )
+            else:
+                reply: list[str] = []
+                prompt = conclusion_prompt(
+                    question.text,
+                    question.lang,
+                    basis,
+                    game_title=question.game.title,
+                    earlier_question=question.earlier,
+                )
+                for text in stream_conclusion(self.generator.stream(prompt), reply):
+                    yield StreamEvent("token", text=text)
+                answer = self._concluded(question, hits, quotes, basis, "".join(reply), checks)
         answer.timings.generate_s = time.perf_counter() - started
         yield StreamEvent("answer", answer=answer)
 
@@ -165,15 +175,23 @@ class Answerer:
         )
 
     def _answer(
-        self, question: Question, hits: list[Hit], quotes: list[Quote], checks: list[Check]
+        self,
+        question: Question,
+        hits: list[Hit],
+        quotes: list[Quote],
+        checks: list[Check],
+        *,
+        withheld: bool = False,
     ) -> Answer:
+        """The quotes without a conclusion: none was asked for (`withheld` says whether one
+        was wanted, so the player is told to read the rule)."""
         return quoted_answer(
             question.text,
             question.game.slug,
             question.lang,
             quotes=quotes,
             conclusion=None,
-            withheld=False,
+            withheld=withheld,
             checks=checks,
             hits=hits,
             backend=self.generator.name,

@@ -60,7 +60,8 @@ def quoted_answer(
     backend: str,
 ) -> Answer:
     """The answer resting on `quotes`: the conclusion when there is one to show, else
-    (`withheld`: one was written but failed a check) the read-the-rule line."""
+    (`withheld`: one was wanted but failed a check or was not asked for) the read-the-rule
+    line."""
     words = phrases(lang)
     parts = []
     if conclusion:
