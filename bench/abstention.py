@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from eval import DEFAULT_GOLD
-from eval.runner import gold_set_parser, load_gold
+from eval.runner import GoldItem, gold_set_parser, load_gold
+from rag.answering.candidates import Sentence
 from rag.answering.quotes import deciding_sentences
 from rag.answering.selection import numbered
 from rag.generation import make_llama_generator
@@ -75,31 +76,46 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
     return float(np.mean(pairs))
 
 
-def run(golds: Sequence[Path]) -> dict[str, Any]:
+def judge_prompt(pipeline: Pipeline, template: Path, item: GoldItem) -> tuple[str, list[Sentence]]:
+    """A judge's prompt (`template`) over the sentences an answer to the item would quote,
+    and the item's candidate sentences, closest first."""
+    generation = pipeline.settings.generation
+    game, hits = pipeline.retrieve(item.question, item.game)
+    ranked = pipeline.answerer.candidates.rank(item.question, hits[: generation.passages])
+    deciding = deciding_sentences(ranked, generation.quotes)
+    content = fill(
+        template.read_text(encoding="utf-8"), template.stem, game_title=game.title,
+        sentences=numbered(deciding), question=item.question,
+    )  # fmt: skip
+    return content, ranked
+
+
+def judged(
+    golds: Sequence[Path], template: Path, keep: Callable[[GoldItem], bool] = lambda _: True
+) -> Iterator[tuple[str, GoldItem, list[Sentence], float]]:
+    """Each kept item of the gold sets with its gold set's name, its candidate sentences and
+    the judge's P(yes) under `template`."""
     pipeline = Pipeline(load_settings())
     judge = YesProbability()
-    template = PROMPT.read_text(encoding="utf-8")
-    passages = pipeline.settings.generation.passages
-    rows: list[dict[str, Any]] = []
     for gold in golds:
-        for item in load_gold(gold):
-            game, hits = pipeline.retrieve(item.question, item.game)
-            ranked = pipeline.answerer.candidates.rank(item.question, hits[:passages])
-            deciding = deciding_sentences(ranked, pipeline.settings.generation.quotes)
-            content = fill(
-                template, "abstention_judge", game_title=game.title,
-                sentences=numbered(deciding), question=item.question,
-            )  # fmt: skip
-            rows.append(
-                {
-                    "gold": gold.name,
-                    "id": item.id,
-                    "answerable": item.answerable,
-                    "closeness": ranked[0].score if ranked else 0.0,
-                    "judge": judge(content),
-                }
-            )
-            print(json.dumps(rows[-1]), file=sys.stderr)
+        for item in filter(keep, load_gold(gold)):
+            content, ranked = judge_prompt(pipeline, template, item)
+            yield gold.name, item, ranked, judge(content)
+
+
+def run(golds: Sequence[Path]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    for gold, item, ranked, p_yes in judged(golds, PROMPT):
+        rows.append(
+            {
+                "gold": gold,
+                "id": item.id,
+                "answerable": item.answerable,
+                "closeness": ranked[0].score if ranked else 0.0,
+                "judge": p_yes,
+            }
+        )
+        print(json.dumps(rows[-1]), file=sys.stderr)
     return {"items": rows, "signals": {s: summary(rows, s) for s in ("closeness", "judge")}}
 
 
