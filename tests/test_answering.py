@@ -298,7 +298,7 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
 def test_selecting_no_sentence_abstains(settings: Settings) -> None:
     generator = ScriptedGenerator(selections=['{"ids": []}'])
     answer = scripted_pipeline_with(settings, generator).ask(
-        "Can I trade cards with the bus driver?", "DECK 52"
+        "How do I trade cards with the bus driver?", "DECK 52"
     )
     assert answer.abstained and answer.citations == [] and answer.passages
     assert "The rulebook does not say" in answer.answer
@@ -416,7 +416,7 @@ def test_a_yes_no_question_gets_the_rule_and_no_untrusted_yes_or_no(settings: Se
     question = "Is there a hand limit?"
     generator = ScriptedGenerator(conclusions=['{"answer": "yes", "conclusion": "{rule}"}'])
     answer = scripted_pipeline_with(settings, generator).ask(question, "MaxApoc")
-    assert [p.task for p in generator.prompts] == ["select"]  # no conclusion asked for
+    assert generator.prompts == []  # no conclusion asked for, so nothing selected for one
     assert answer.conclusion is None and answer.quotes and not answer.abstained
     assert answer.answer.startswith(phrases("en")["read_the_rule"])
     assert ("yes_no", False) in [(c.name, c.passed) for c in answer.checks]

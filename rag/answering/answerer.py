@@ -4,9 +4,9 @@ passages -> candidates (their sentences, closest to the question first; none clo
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, verbatim, shown at once) -> selection (the LLM names the quoted sentences
 that answer; none: the rulebook is silent) -> translation (of those, for a question in
-another language) -> conclusion (the LLM answers from the selected quotes alone; not asked
-for a yes/no question unless `answer_yes_no` trusts the model's yes or no) -> checks ->
-assembly (every quote shown, the conclusion only when it passed).
+another language) -> conclusion (the LLM answers from the selected quotes alone) -> checks
+-> assembly (every quote shown, the conclusion only when it passed). A yes/no question skips
+selection and conclusion unless `answer_yes_no` trusts the model's yes or no.
 With the extractive backend no model runs: the quotes are the answer.
 """
 
@@ -85,7 +85,11 @@ class Answerer:
         if not self.generator.writes:
             yield StreamEvent("answer", answer=self._answer(question, hits, quotes, [quote_check]))
             return
-        chosen, selection_check = self._select(question, deciding)
+        concluding = self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
+        if concluding:
+            chosen, selection_check = self._select(question, deciding)
+        else:  # nothing to select for: the closest quoted sentences are the ones rendered
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), UNTRUSTED_YES_NO
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
@@ -96,10 +100,8 @@ class Answerer:
                 checks.append(translation_check)
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
-            if asks_yes_or_no(question.text, question.lang) and not self.settings.answer_yes_no:
-                answer = self._answer(
-                    question, hits, quotes, [*checks, UNTRUSTED_YES_NO], withheld=True
-                )
+            if not concluding:
+                answer = self._answer(question, hits, quotes, checks, withheld=True)
             else:
                 reply: list[str] = []
                 prompt = conclusion_prompt(
