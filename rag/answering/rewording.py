@@ -91,9 +91,10 @@ def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> st
 # A yes/no question's last clause opens with an auxiliary ("If the Dog dies, can I keep
 # playing?"; "Explore icon: is it optional?"); a question word there makes it open (English).
 # Chinese asks with 吗, 是否 or A-not-A (能不能, 算不算).
+# An auxiliary opening the last clause, negated ("Don't I …?", "Can't I …?") or not.
 _EN_AUXILIARY = re.compile(
-    r"^(?:so\s+|and\s+|but\s+|then\s+)?(?:can|could|do|does|did|is|are|was|were|may|must|should"
-    r"|shall|will|would|has|have|am)\b",
+    r"^(?:so\s+|and\s+|but\s+|then\s+)?(?:(?:can|could|do|does|did|is|are|was|were|may|must"
+    r"|should|shall|will|would|has|have|am)(?:n?['’]t)?|won['’]t)(?![\w'’])",
     re.IGNORECASE,
 )
 _CLAUSE_BREAK = re.compile(r"[,;:.!?，；：。！]\s*")
