@@ -145,8 +145,8 @@ class GenerationSettings(BaseModel):
         False,
         description="Let the LLM open the answer to a yes/no question with yes or no. Off: "
         "such a question gets the quoted rule and no conclusion, because the default 1.5B "
-        "model's yes or no was right 58-68% of the time on the probe sets (eval/RESULTS.md); "
-        "turn it on for a model that `rules eval` on eval/gold/probe*.jsonl shows is right.",
+        "model's yes or no was right on 40 of 74 probe questions (bench/yes_no.py, "
+        "eval/RESULTS.md); turn it on for a model that bench/yes_no.py shows is right.",
     )
     min_sentence_score: float = Field(
         0.39,
