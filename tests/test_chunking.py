@@ -6,7 +6,7 @@ import pytest
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus
 from rag.reading.files import load_document
-from rag.types import Chunk, Document, GameInfo
+from rag.types import Chunk, Document, GameInfo, PageSpan
 
 CORPUS = Corpus.load((Path("corpus"), True))
 MA = "Maximum Apocalypse"
@@ -197,6 +197,24 @@ def test_long_section_splits_on_sentences_with_overlap() -> None:
         assert after.text.startswith("Rule number")
     assert parts[0].start == text.index("Rule number 0")
     assert parts[-1].end == len(text)
+
+
+def test_a_page_break_starts_a_new_passage() -> None:
+    text = "Setup\nDeal the role cards.\nDeal five wire cards.\nShuffle them."
+    turn = text.index("Deal five")
+    doc = Document(
+        game="space-race",
+        text=text,
+        source="test",
+        pages=(PageSpan(0, turn, 8), PageSpan(turn, len(text), 9)),
+    )
+    _, game = _synthetic(text)
+    parts = chunk_document(doc, game)
+    assert [(p.text, p.page) for p in parts] == [
+        ("Deal the role cards.", 8),
+        ("Deal five wire cards.\nShuffle them.", 9),
+    ]
+    assert {p.section for p in parts} == {("Space Race", "Setup")}
 
 
 def test_heading_without_body_makes_no_chunk_and_parents_nest() -> None:

@@ -25,7 +25,9 @@ between two entries continue the earlier one.
 
 Each chunk's text is exactly `doc.text[start:end]`: its body lines, without the heading
 lines (the section path carries them). Long sections split at paragraph, then sentence
-boundaries, repeating up to `overlap_chars` of whole sentences.
+boundaries, repeating up to `overlap_chars` of whole sentences. A passage cites one page, so
+a section going on over a page break goes on in a new passage (two steps of Time Bomb's
+setup, with a player-count table each, on pages 8 and 9).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Literal
 from rag.lang import CJK_RE, STOPWORDS, detect_lang, sentence_spans
 from rag.types import Chunk, ChunkKind, Document, GameInfo
 
-CHUNKER_VERSION = "3"
+CHUNKER_VERSION = "4"
 
 _TERMINAL = (".", "!", "?", ")", '"', "”", "。", "！", "？", "）")
 _MAX_HEADING_CHARS = 60
@@ -450,12 +452,18 @@ def _overlap_start(text: str, start: int, end: int, earliest: int, overlap: int)
     return min(fitting, default=None)
 
 
-def _windows(text: str, paras: list[_Para], max_chars: int, overlap: int) -> list[tuple[int, int]]:
+def _windows(
+    doc: Document, paras: list[_Para], max_chars: int, overlap: int
+) -> list[tuple[int, int]]:
+    text = doc.text
     units = [unit for para in paras for unit in _units(text, para, max_chars)]
     windows: list[tuple[int, int]] = []
     start, end = units[0]
     for unit_start, unit_end in units[1:]:
-        if unit_end - start > max_chars:
+        if doc.page_at(unit_start) != doc.page_at(start):
+            windows.append((start, end))
+            start = unit_start
+        elif unit_end - start > max_chars:
             windows.append((start, end))
             overlap_at = _overlap_start(text, start, end, unit_end - max_chars, overlap)
             start = unit_start if overlap_at is None else overlap_at
@@ -487,7 +495,7 @@ def chunk_document(
     chunks: list[Chunk] = []
     for section in _sections(doc, game):
         for segment in _segments(section):
-            for start, end in _windows(doc.text, segment.paras, max_chars, overlap_chars):
+            for start, end in _windows(doc, segment.paras, max_chars, overlap_chars):
                 text = doc.text[start:end]
                 chunks.append(
                     Chunk(
