@@ -261,9 +261,9 @@ class _Outline:
         # repeated titles; any other heading that would be its next child closes it.
         repeat = heading.title.casefold() in self._titles
         self._titles.add(heading.title.casefold())
-        held_full = not self.fresh and not repeat
+        closes_unknown_reach = not self.fresh and not repeat
         if heading.number is not None:
-            self._add_step(heading.title, heading.number, has_next, held_full)
+            self._add_step(heading.title, heading.number, has_next, closes_unknown_reach)
         elif heading.md_level:
             self._pop(lambda f: f.level >= heading.md_level)
             self._push(heading.title, "md", level=heading.md_level)
@@ -274,7 +274,7 @@ class _Outline:
                 lambda f: (
                     f.kind in closes
                     or (f.kind == "step" and not f.open_list)
-                    or (held_full and f.reach_unknown)
+                    or (closes_unknown_reach and f.reach_unknown)
                 )
             )
             kind: _FrameKind = "parent" if is_parent else "minor"
@@ -282,11 +282,15 @@ class _Outline:
         self.fresh = True
         return tuple(frame.title for frame in self.stack)
 
-    def _add_step(self, title: str, number: int, has_next: bool, held_full: bool) -> None:
+    def _add_step(
+        self, title: str, number: int, has_next: bool, closes_unknown_reach: bool
+    ) -> None:
         if self._list_last is not None and number == self._list_last + 1:
             self.stack = list(self._list_owner)
         else:
-            self._pop(lambda f: f.kind in ("minor", "step") or (held_full and f.reach_unknown))
+            self._pop(
+                lambda f: f.kind in ("minor", "step") or (closes_unknown_reach and f.reach_unknown)
+            )
             self._list_owner = list(self.stack)
         self._list_last = number
         self._push(title, "step", open_list=has_next)
