@@ -6,7 +6,7 @@ import pytest
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus
 from rag.reading.files import load_document
-from rag.types import Chunk, Document, GameInfo
+from rag.types import Chunk, Document, GameInfo, PageSpan
 
 CORPUS = Corpus.load((Path("corpus"), True))
 MA = "Maximum Apocalypse"
@@ -89,7 +89,7 @@ def test_suros_dodge_is_its_own_glossary_chunk(chunks: dict[str, list[Chunk]]) -
     suros = chunks["suros"]
     [dodge] = _containing(suros, "DODGE - ")
     assert dodge.section[-2:] == ("PLAYER ACTIONS", "DODGE")
-    assert dodge.section == ("Suros", "MOVEMENT", "PLAYER ACTIONS", "DODGE")
+    assert dodge.section == ("Suros", "PLAYER ACTIONS", "DODGE")
     assert dodge.kind == "glossary"
     assert dodge.text.startswith("DODGE - This ability can be performed")
     assert "LUCK" not in dodge.text and "MOVE - " not in dodge.text
@@ -129,6 +129,28 @@ def test_other_books_glossaries(chunks: dict[str, list[Chunk]]) -> None:
 
 
 # ---------------------------------------------------------------- invariants on every book
+
+
+def test_suros_outline_nests_only_what_its_headings_show(chunks: dict[str, list[Chunk]]) -> None:
+    paths = [c.section[1:] for c in chunks["suros"]]
+    assert paths[1:4] == [
+        ("GAME START UP", "GAIN PLAYER BOARDS"),
+        ("GAIN STARTING GEAR",),
+        ("SETUP THE ATTACK BOARD",),
+    ]
+    for title in (
+        "TURNS & ROUNDS",
+        "THE MAP",
+        "SPECIAL RULES & ACTIONS",
+        "MOVEMENT",
+        "PLAYER MOVEMENT",
+        "GEAR",
+        "READY TO PLAY?",
+    ):
+        assert (title,) in paths
+    assert ("MUTANT ATTACK CARDS", "TARGET") in paths
+    [movement] = _containing(chunks["suros"], "Players and enemies move differently")
+    assert movement.section == ("Suros", "MOVEMENT")
 
 
 def test_every_chunk_is_clean_and_in_its_book(chunks: dict[str, list[Chunk]]) -> None:
@@ -177,6 +199,24 @@ def test_long_section_splits_on_sentences_with_overlap() -> None:
     assert parts[-1].end == len(text)
 
 
+def test_a_page_break_starts_a_new_passage() -> None:
+    text = "Setup\nDeal the role cards.\nDeal five wire cards.\nShuffle them."
+    turn = text.index("Deal five")
+    doc = Document(
+        game="space-race",
+        text=text,
+        source="test",
+        pages=(PageSpan(0, turn, 8), PageSpan(turn, len(text), 9)),
+    )
+    _, game = _synthetic(text)
+    parts = chunk_document(doc, game)
+    assert [(p.text, p.page) for p in parts] == [
+        ("Deal the role cards.", 8),
+        ("Deal five wire cards.\nShuffle them.", 9),
+    ]
+    assert {p.section for p in parts} == {("Space Race", "Setup")}
+
+
 def test_heading_without_body_makes_no_chunk_and_parents_nest() -> None:
     doc, game = _synthetic(
         "SETUP\nPLAYER BOARDS\nTake a board.\nEMPTY SECTION\nEND NOTES\nBye now."
@@ -184,6 +224,54 @@ def test_heading_without_body_makes_no_chunk_and_parents_nest() -> None:
     assert [c.section for c in chunk_document(doc, game)] == [
         ("Space Race", "SETUP", "PLAYER BOARDS"),
         ("Space Race", "EMPTY SECTION", "END NOTES"),
+    ]
+
+
+def test_parent_of_its_own_shape_holds_only_the_heading_after_it() -> None:
+    doc, game = _synthetic(
+        "SETUP\nBOARDS\nTake a board.\nDICE\nRoll the dice.\n"
+        "Playing\nTurns\nTake turns.\nScoring\nCount points."
+    )
+    assert [c.section[1:] for c in chunk_document(doc, game)] == [
+        ("SETUP", "BOARDS"),
+        ("DICE",),
+        ("Playing", "Turns"),
+        ("Scoring",),
+    ]
+
+
+def test_parent_of_another_shape_holds_what_follows() -> None:
+    doc, game = _synthetic("SETUP\nBoards\nTake a board.\nDice\nRoll the dice.")
+    assert [c.section[1:] for c in chunk_document(doc, game)] == [
+        ("SETUP", "Boards"),
+        ("SETUP", "Dice"),
+    ]
+
+
+def test_a_recap_holds_the_titles_it_repeats() -> None:
+    doc, game = _synthetic(
+        "Setup\nTake a board.\nTurns\nTake turns.\n"
+        "Quick Reference\nSetup\n- Board.\nTurns\n- Turns.\nCredits\nUs."
+    )
+    assert [c.section[1:] for c in chunk_document(doc, game)] == [
+        ("Setup",),
+        ("Turns",),
+        ("Quick Reference", "Setup"),
+        ("Quick Reference", "Turns"),
+        ("Credits",),
+    ]
+
+
+def test_title_repeated_after_a_heading_without_text_is_dropped() -> None:
+    doc, game = _synthetic(
+        "SPECIAL RULES\nMaps have rules.\nMOVEMENT\nSPECIAL RULES\nPlayers move.\n"
+        "ENEMY MOVEMENT\nEnemies move."
+    )
+    chunks = chunk_document(doc, game)
+    assert [(c.section[1:], c.text) for c in chunks] == [
+        (("SPECIAL RULES",), "Maps have rules."),
+        (("MOVEMENT",), "Players move."),
+        (("ENEMY MOVEMENT",), "Enemies move."),
     ]
 
 

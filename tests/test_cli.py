@@ -224,10 +224,13 @@ def test_show_finds_a_section_by_number_or_name(invoke: Invoke, pipeline: Pipeli
 
 
 def test_show_lists_several_matches_and_explains_none(invoke: Invoke) -> None:
-    several = invoke("show", "suros", "movement")
-    assert_user_error(several, "'movement' matches")
+    several = invoke("show", "suros", "attack")
+    assert_user_error(several, "'attack' matches")
     listed = [line.split("\t")[1] for line in several.stdout.splitlines()[1:]]
-    assert len(listed) > 3 and all("movement" in title.lower() for title in listed)
+    assert len(listed) > 3 and all("attack" in title.lower() for title in listed)
+    # A section named exactly so wins over the sections whose names merely contain it.
+    movement = invoke("show", "suros", "movement")
+    assert movement.exit_code == 0 and "Suros › MOVEMENT\n" in movement.stdout
     assert_user_error(invoke("show", "suros", "zzz-nothing"), "rules show suros")
     assert_user_error(invoke("show", "suros", "9999"), "No section 9999")
     assert_user_error(invoke("show", "chess"), "Unknown game", "suros")

@@ -6,7 +6,12 @@ Title-case short lines ("Playing the Game", "Stealth test"). Their nesting is in
 
 - '#' headings sit at their stated level;
 - a heading directly followed by another heading is a parent of what follows, until a
-  later parent or a '#' heading closes it;
+  later parent or a '#' heading closes it. When both have the same shape (two ALL-CAPS
+  lines), nothing in flattened text tells how far the parent reaches, so it holds only the
+  heading after it and later ones that repeat an earlier title (a "Quick Reference"
+  restating "Setup"): a book does not name two sections alike side by side;
+- a title repeated right after a heading without text, naming the section just before
+  it, is a leftover of the page layout and is dropped: its text belongs to that heading;
 - numbered steps nest under the enclosing '#' or parent heading; a step continuing the
   open list (n after n-1) returns to that list even after a '#' heading in between;
 - a plain heading after a step nests under the step when the list continues later,
@@ -20,7 +25,9 @@ between two entries continue the earlier one.
 
 Each chunk's text is exactly `doc.text[start:end]`: its body lines, without the heading
 lines (the section path carries them). Long sections split at paragraph, then sentence
-boundaries, repeating up to `overlap_chars` of whole sentences.
+boundaries, repeating up to `overlap_chars` of whole sentences. A passage cites one page, so
+a section going on over a page break goes on in a new passage (two steps of Time Bomb's
+setup, with a player-count table each, on pages 8 and 9).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from typing import Literal
 from rag.lang import CJK_RE, STOPWORDS, detect_lang, sentence_spans
 from rag.types import Chunk, ChunkKind, Document, GameInfo
 
-CHUNKER_VERSION = "2"
+CHUNKER_VERSION = "4"
 
 _TERMINAL = (".", "!", "?", ")", '"', "”", "。", "！", "？", "）")
 _MAX_HEADING_CHARS = 60
@@ -215,6 +222,17 @@ def _is_game_title(title: str, game: GameInfo) -> bool:
 # ---------------------------------------------------------------- outline
 
 _FrameKind = Literal["md", "parent", "minor", "step"]
+_Shape = Literal["md", "step", "caps", "title", "phrase"]
+
+
+def _shape(heading: _Heading) -> _Shape:
+    if heading.md_level:
+        return "md"
+    if heading.number is not None:
+        return "step"
+    if _is_all_caps(heading.title):
+        return "caps"
+    return "title" if _is_title_case(heading.title.split()) else "phrase"
 
 
 @dataclass(frozen=True)
@@ -223,6 +241,7 @@ class _Frame:
     level: int
     kind: _FrameKind
     open_list: bool = False  # a step whose list continues with a later step
+    reach_unknown: bool = False  # a parent followed by a heading of its own shape
 
 
 class _Outline:
@@ -233,26 +252,45 @@ class _Outline:
         self.fresh = False  # the last line was a heading, so a next heading nests under it
         self._list_owner: list[_Frame] = []
         self._list_last: int | None = None
+        self._titles: set[str] = set()
 
-    def add(self, heading: _Heading, *, is_parent: bool, has_next: bool) -> tuple[str, ...]:
+    def add(
+        self, heading: _Heading, *, is_parent: bool, has_next: bool, reach_unknown: bool = False
+    ) -> tuple[str, ...]:
+        # A parent of unknown reach holds its first heading (and what that holds) and
+        # repeated titles; any other heading that would be its next child closes it.
+        repeat = heading.title.casefold() in self._titles
+        self._titles.add(heading.title.casefold())
+        closes_unknown_reach = not self.fresh and not repeat
         if heading.number is not None:
-            self._add_step(heading.title, heading.number, has_next)
+            self._add_step(heading.title, heading.number, has_next, closes_unknown_reach)
         elif heading.md_level:
             self._pop(lambda f: f.level >= heading.md_level)
             self._push(heading.title, "md", level=heading.md_level)
         else:
             # Right after a heading, nest under it, unless it is the last step of a list.
             closes = set() if self.fresh else {"minor", "parent"} if is_parent else {"minor"}
-            self._pop(lambda f: f.kind in closes or (f.kind == "step" and not f.open_list))
-            self._push(heading.title, "parent" if is_parent else "minor")
+            self._pop(
+                lambda f: (
+                    f.kind in closes
+                    or (f.kind == "step" and not f.open_list)
+                    or (closes_unknown_reach and f.reach_unknown)
+                )
+            )
+            kind: _FrameKind = "parent" if is_parent else "minor"
+            self._push(heading.title, kind, reach_unknown=reach_unknown)
         self.fresh = True
         return tuple(frame.title for frame in self.stack)
 
-    def _add_step(self, title: str, number: int, has_next: bool) -> None:
+    def _add_step(
+        self, title: str, number: int, has_next: bool, closes_unknown_reach: bool
+    ) -> None:
         if self._list_last is not None and number == self._list_last + 1:
             self.stack = list(self._list_owner)
         else:
-            self._pop(lambda f: f.kind in ("minor", "step"))
+            self._pop(
+                lambda f: f.kind in ("minor", "step") or (closes_unknown_reach and f.reach_unknown)
+            )
             self._list_owner = list(self.stack)
         self._list_last = number
         self._push(title, "step", open_list=has_next)
@@ -262,10 +300,16 @@ class _Outline:
             self.stack.pop()
 
     def _push(
-        self, title: str, kind: _FrameKind, *, level: int = 0, open_list: bool = False
+        self,
+        title: str,
+        kind: _FrameKind,
+        *,
+        level: int = 0,
+        open_list: bool = False,
+        reach_unknown: bool = False,
     ) -> None:
         level = level or (self.stack[-1].level + 1 if self.stack else 1)
-        self.stack.append(_Frame(title, level, kind, open_list))
+        self.stack.append(_Frame(title, level, kind, open_list, reach_unknown))
 
 
 # ---------------------------------------------------------------- sections
@@ -300,6 +344,21 @@ def _demote_label_rows(paras: list[_Para], headings: list[_Heading | None]) -> N
             headings[i] = None
 
 
+def _layout_leftovers(headings: list[_Heading | None]) -> set[int]:
+    """Headings repeating, right after a heading without text, the title of the section
+    before that one ("SPECIAL RULES & ACTIONS", "MOVEMENT", "SPECIAL RULES & ACTIONS")."""
+    leftovers: set[int] = set()
+    last_with_text: str | None = None
+    for i, heading in enumerate(headings):
+        if heading is None:
+            continue
+        if i > 0 and headings[i - 1] is not None and heading.title == last_with_text:
+            leftovers.add(i)
+        elif i + 1 < len(headings) and headings[i + 1] is None:
+            last_with_text = heading.title
+    return leftovers
+
+
 def _step_continues(headings: list[_Heading | None]) -> dict[int, bool]:
     """For each numbered step but the last: does the next numbered step continue its list?"""
     steps = [(i, h.number) for i, h in enumerate(headings) if h and h.number is not None]
@@ -311,6 +370,9 @@ def _sections(doc: Document, game: GameInfo) -> list[_Segment]:
     paras = _paragraphs(doc.text)
     headings = [_heading(p.text, marked_only=doc.headings_marked) for p in paras]
     _demote_label_rows(paras, headings)
+    leftovers = _layout_leftovers(headings)
+    paras = [p for i, p in enumerate(paras) if i not in leftovers]
+    headings = [h for i, h in enumerate(headings) if i not in leftovers]
     continues = _step_continues(headings)
     outline = _Outline()
     sections = [_Segment((game.title,), "section", [])]
@@ -319,8 +381,13 @@ def _sections(doc: Document, game: GameInfo) -> list[_Segment]:
             sections[-1].paras.append(para)
             outline.fresh = False
         elif not _is_game_title(heading.title, game):
-            is_parent = i + 1 < len(headings) and headings[i + 1] is not None
-            path = outline.add(heading, is_parent=is_parent, has_next=continues.get(i, False))
+            child = headings[i + 1] if i + 1 < len(headings) else None
+            path = outline.add(
+                heading,
+                is_parent=child is not None,
+                has_next=continues.get(i, False),
+                reach_unknown=child is not None and _shape(child) == _shape(heading),
+            )
             sections.append(_Segment((game.title, *path), "section", []))
     return [s for s in sections if s.paras]
 
@@ -389,12 +456,18 @@ def _overlap_start(text: str, start: int, end: int, earliest: int, overlap: int)
     return min(fitting, default=None)
 
 
-def _windows(text: str, paras: list[_Para], max_chars: int, overlap: int) -> list[tuple[int, int]]:
+def _windows(
+    doc: Document, paras: list[_Para], max_chars: int, overlap: int
+) -> list[tuple[int, int]]:
+    text = doc.text
     units = [unit for para in paras for unit in _units(text, para, max_chars)]
     windows: list[tuple[int, int]] = []
     start, end = units[0]
     for unit_start, unit_end in units[1:]:
-        if unit_end - start > max_chars:
+        if doc.page_at(unit_start) != doc.page_at(start):
+            windows.append((start, end))
+            start = unit_start
+        elif unit_end - start > max_chars:
             windows.append((start, end))
             overlap_at = _overlap_start(text, start, end, unit_end - max_chars, overlap)
             start = unit_start if overlap_at is None else overlap_at
@@ -426,7 +499,7 @@ def chunk_document(
     chunks: list[Chunk] = []
     for section in _sections(doc, game):
         for segment in _segments(section):
-            for start, end in _windows(doc.text, segment.paras, max_chars, overlap_chars):
+            for start, end in _windows(doc, segment.paras, max_chars, overlap_chars):
                 text = doc.text[start:end]
                 chunks.append(
                     Chunk(
