@@ -45,7 +45,7 @@ from rag.settings import Settings
 EN_Q = "How much AP does a player gain at the beginning of each turn?"
 ZH_Q = "苏罗斯里每个玩家回合开始时获得多少 AP？"
 LOOT_Q = "In DECK 52, how many LOOT cards do you draw to the hero's Inventory at setup?"
-ONLINE_Q = "Can I play this game online with friends?"
+ONLINE_Q = "Where can I play this game online with friends?"
 AP_EVIDENCE = "At the beginning of a player turn after their first, gain 3 AP."
 AP_FACTS = [["3 AP", "3AP"], ["first", "第一"]]
 
