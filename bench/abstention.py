@@ -76,15 +76,15 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
     return float(np.mean(pairs))
 
 
-def judge_prompt(pipeline: Pipeline, template: Path, item: GoldItem) -> tuple[str, list[Sentence]]:
-    """A judge's prompt (`template`) over the sentences an answer to the item would quote,
-    and the item's candidate sentences, closest first."""
+def judge_prompt(pipeline: Pipeline, template: str, item: GoldItem) -> tuple[str, list[Sentence]]:
+    """A judge's prompt (`template`'s text) over the sentences an answer to the item would
+    quote, and the item's candidate sentences, closest first."""
     generation = pipeline.settings.generation
     game, hits = pipeline.retrieve(item.question, item.game)
     ranked = pipeline.answerer.candidates.rank(item.question, hits[: generation.passages])
     deciding = deciding_sentences(ranked, generation.quotes)
     content = fill(
-        template.read_text(encoding="utf-8"), template.stem, game_title=game.title,
+        template, "judge", game_title=game.title,
         sentences=numbered(deciding), question=item.question,
     )  # fmt: skip
     return content, ranked
@@ -97,9 +97,10 @@ def judged(
     the judge's P(yes) under `template`."""
     pipeline = Pipeline(load_settings())
     judge = YesProbability()
+    text = template.read_text(encoding="utf-8")
     for gold in golds:
         for item in filter(keep, load_gold(gold)):
-            content, ranked = judge_prompt(pipeline, template, item)
+            content, ranked = judge_prompt(pipeline, text, item)
             yield gold.name, item, ranked, judge(content)
 
 

@@ -8,6 +8,7 @@ server's endpoint is the other backend (rag/openai_api.py).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int], None]  # (done, total)
 _RECENT_QUERIES = 64  # query vectors kept (a few KB each)
+
+
+def embedding_key(embedder_name: str, text: str) -> str:
+    """What a stored vector depends on, so a rebuild can reuse it: the model and the text."""
+    return hashlib.sha256(f"{embedder_name}\n{text}".encode()).hexdigest()
 
 
 class Embedder(ABC):

@@ -28,7 +28,7 @@ import numpy as np
 from rag.errors import IndexError_
 from rag.reading.chunking import CHUNKER_VERSION
 from rag.reading.corpus import MANIFEST, Corpus
-from rag.searching.embedding import Embedder
+from rag.searching.embedding import Embedder, embedding_key
 from rag.searching.sentences import SentenceVectors
 from rag.settings import Settings
 from rag.types import Chunk
@@ -292,7 +292,7 @@ class IndexStore:
         }
 
     def stored_sentences(self) -> dict[str, np.ndarray]:
-        """The stored sentences' vectors by `sentence_key`; none when there are none to read."""
+        """The stored sentences' vectors by `embedding_key`; none when there are none to read."""
         try:
             return SentenceVectors.load(self.folder).by_key()
         except (OSError, ValueError, KeyError, TypeError):
@@ -311,8 +311,7 @@ class IndexStore:
 
 
 def vector_key(embedder_name: str, chunk: Chunk) -> str:
-    """What a passage's vector depends on: the model and the text it embeds."""
-    return hashlib.sha256(f"{embedder_name}\n{_embedding_text(chunk)}".encode()).hexdigest()
+    return embedding_key(embedder_name, _embedding_text(chunk))
 
 
 def _embedding_text(chunk: Chunk) -> str:

@@ -10,7 +10,6 @@ sentences: each distinct one is embedded once).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from rag.lang import split_sentences
-from rag.searching.embedding import Embedder
+from rag.searching.embedding import Embedder, embedding_key
 from rag.types import Chunk
 
 MIN_SENTENCE_CHARS = 12  # shorter pieces are headings or list labels, not rules
@@ -32,10 +31,6 @@ OnBatch = Callable[[int, int], None]
 def passage_sentences(text: str) -> list[str]:
     """The sentences of a passage that can be quoted, in reading order."""
     return [s.strip() for s in split_sentences(text) if len(s.strip()) >= MIN_SENTENCE_CHARS]
-
-
-def sentence_key(embedder_name: str, sentence: str) -> str:
-    return hashlib.sha256(f"{embedder_name}\n{sentence}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -51,7 +46,7 @@ class SentenceVectors:
 
     def by_key(self) -> dict[str, np.ndarray]:
         return {
-            sentence_key(self.model, text): vector
+            embedding_key(self.model, text): vector
             for chunk_id, texts in self.texts.items()
             for text, vector in zip(texts, self.vectors[chunk_id], strict=True)
         }
@@ -67,28 +62,17 @@ class SentenceVectors:
         on_batch: OnBatch | None = None,
     ) -> tuple[SentenceVectors, int]:
         """The chunks' sentence vectors, embedding only sentences `stored` lacks (by
-        `sentence_key`); also how many sentences were embedded."""
+        `embedding_key`); also how many sentences were embedded."""
         known = dict(stored or {})
         texts = {chunk.id: passage_sentences(chunk.text) for chunk in chunks}
-        missing = list(
-            dict.fromkeys(
-                text
-                for sentences in texts.values()
-                for text in sentences
-                if sentence_key(embedder.name, text) not in known
-            )
-        )
+        keys = {t: embedding_key(embedder.name, t) for ts in texts.values() for t in ts}
+        missing = [text for text, key in keys.items() if key not in known]
         if missing:
             embedded = embedder.embed_passages(missing, batch_size=batch_size, progress=on_batch)
-            known.update(
-                (sentence_key(embedder.name, text), vector)
-                for text, vector in zip(missing, embedded, strict=True)
-            )
+            known.update(zip((keys[text] for text in missing), embedded, strict=True))
         empty = np.zeros((0, embedder.dimension), dtype=np.float32)
         vectors = {
-            chunk_id: np.stack([known[sentence_key(embedder.name, t)] for t in sentences])
-            if sentences
-            else empty
+            chunk_id: np.stack([known[keys[t]] for t in sentences]) if sentences else empty
             for chunk_id, sentences in texts.items()
         }
         return cls(embedder.name, texts, vectors), len(missing)
