@@ -141,6 +141,13 @@ class GenerationSettings(BaseModel):
         description="Most sentences quoted, the closest to the question of the one passage "
         "that answers best; the LLM selects among them.",
     )
+    select: bool = Field(
+        False,
+        description="Let the LLM choose which quoted sentences the conclusion rests on: one "
+        "more model call, about 4 s on a 2-core CPU. Off: the closest 3, which the default "
+        "1.5B model's choice matched on most gold questions (eval/RESULTS.md); turn it on "
+        "for a model that chooses better.",
+    )
     answer_yes_no: bool = Field(
         False,
         description="Let the LLM open the answer to a yes/no question with yes or no. Off: "

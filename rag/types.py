@@ -162,7 +162,8 @@ class Quote:
 class Check:
     """One check an answer went through before its conclusion was shown."""
 
-    # quotes, selection, translation, markers, numbers, negation, answer_word, conclusion;
+    # quotes, selection, translation, markers, numbers, negation, answer_word, language,
+    # conclusion;
     # relevance when retrieval found nothing close enough to answer from
     name: str
     passed: bool

@@ -10,6 +10,7 @@ from rag.answering.assembly import rule_text
 from rag.answering.candidates import Sentence
 from rag.answering.checks import (
     answer_word_check,
+    language_check,
     negation_check,
     numbers_check,
     stated_numbers,
@@ -247,6 +248,14 @@ def test_numbers_are_read_in_every_form() -> None:
     }  # fmt: skip
 
 
+def test_a_conclusion_must_be_in_the_askers_language() -> None:
+    copied = "Stealth test: roll the two Spawn dice and compare the result."
+    assert not language_check(copied, "zh").passed
+    assert language_check("进行潜行判定（Stealth test）时，掷两个生成骰子。", "zh").passed
+    assert language_check(copied, "en").passed
+    assert not language_check("掷两个生成骰子。", "en").passed
+
+
 def test_markers_the_model_wrote_must_point_at_a_shown_quote() -> None:
     text, check = strip_markers("You may hold ten cards [1].", shown=[1, 2])
     assert text == "You may hold ten cards." and check.passed
@@ -261,9 +270,14 @@ def scripted_pipeline_with(settings: Settings, generator: ScriptedGenerator) -> 
     return Pipeline(settings, embedder=FakeEmbedder(), generator=generator)
 
 
+def selecting(settings: Settings) -> Settings:
+    """The settings with the LLM's selection on (generation.select)."""
+    generation = settings.generation.model_copy(update={"select": True})
+    return settings.model_copy(update={"generation": generation})
+
+
 def test_quotes_come_before_any_token_and_the_conclusion_cites_them(settings: Settings) -> None:
     generator = ScriptedGenerator(conclusions=['{"conclusion": "You have a hand limit."}'])
-    generator.selections = ['{"ids": [1]}']
     events = list(
         scripted_pipeline_with(settings, generator).ask_stream(
             "What is the hand limit?", "Maximum Apocalypse"
@@ -278,7 +292,7 @@ def test_quotes_come_before_any_token_and_the_conclusion_cites_them(settings: Se
     assert answer.answer.startswith("Conclusion: You have a hand limit. [1]")
     assert all(q.text in answer.answer for q in answer.quotes)
     assert {c.n for c in answer.citations} == {q.n for q in answer.quotes}
-    assert [p.task for p in generator.prompts] == ["select", "conclude"]
+    assert [p.task for p in generator.prompts] == ["conclude"]  # from the closest quotes
     data = answer.to_json()
     assert data["conclusion"] and data["quotes"] and {c["name"] for c in data["checks"]} >= {
         "quotes", "selection", "numbers", "negation", "markers"
@@ -301,7 +315,7 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
 
 def test_selecting_no_sentence_abstains(settings: Settings) -> None:
     generator = ScriptedGenerator(selections=['{"ids": []}'])
-    answer = scripted_pipeline_with(settings, generator).ask(
+    answer = scripted_pipeline_with(selecting(settings), generator).ask(
         "How do I trade cards with the bus driver?", "DECK 52"
     )
     assert answer.abstained and answer.citations == [] and answer.passages
@@ -328,7 +342,7 @@ def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Se
 
 def test_the_llm_selection_chooses_what_the_conclusion_rests_on(settings: Settings) -> None:
     generator = ScriptedGenerator(selections=['{"ids": [2]}'])
-    pipeline = scripted_pipeline_with(settings, generator)
+    pipeline = scripted_pipeline_with(selecting(settings), generator)
     events = list(pipeline.ask_stream("What is the hand limit?", "Maximum Apocalypse"))
     quote_events = [e for e in events if e.kind == "quotes"]
     answer = events[-1].answer
@@ -350,7 +364,7 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
         selections=['{"ids": [1]}'],
         conclusions=["手牌上限译文", '{"conclusion": "手牌上限译文。"}'],  # translate, conclude
     )
-    pipeline = scripted_pipeline_with(settings, generator)
+    pipeline = scripted_pipeline_with(selecting(settings), generator)
     events = list(pipeline.ask_stream("What is the hand limit? 手牌上限是多少？", "末日启示录"))
     answer = events[-1].answer
     assert answer is not None and answer.lang == "zh"
@@ -363,6 +377,25 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
     assert translated.quotes == tuple(answer.quotes)  # sent before the conclusion
     assert "(手牌上限译文)" in generator.prompts[2].messages[-1]["content"]
     assert answer.conclusion == "手牌上限译文。"  # restates the rendering: checkable
+
+
+def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
+    settings: Settings,
+) -> None:
+    generator = ScriptedGenerator()
+    events = list(
+        scripted_pipeline_with(settings, generator).ask_stream(
+            "What is the hand limit? 手牌上限是多少？", "末日启示录"
+        )
+    )
+    answer = events[-1].answer
+    assert answer is not None and len(answer.quotes) > 1
+    tasks = [p.task for p in generator.prompts]
+    most = min(3, len(answer.quotes))
+    assert tasks == ["translate"] * most + ["conclude"]  # the model selected nothing
+    rendered = {p.question for p in generator.prompts[:-1]}
+    assert len(rendered) == most and rendered <= {q.text for q in answer.quotes}
+    assert ("selection", True) in [(c.name, c.passed) for c in answer.checks]
 
 
 def test_an_unfaithful_translation_is_not_shown() -> None:
@@ -429,5 +462,5 @@ def test_a_yes_no_question_gets_the_rule_and_no_untrusted_yes_or_no(settings: Se
     trusting = settings.model_copy(update={"generation": generation})
     generator = ScriptedGenerator(conclusions=['{"answer": "yes", "conclusion": "{rule}"}'])
     answer = scripted_pipeline_with(trusting, generator).ask(question, "MaxApoc")
-    assert [p.task for p in generator.prompts] == ["select", "conclude"]
+    assert [p.task for p in generator.prompts] == ["conclude"]
     assert answer.conclusion is not None and answer.conclusion.startswith("Yes")

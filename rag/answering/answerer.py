@@ -2,12 +2,13 @@
 
 passages -> candidates (their sentences, closest to the question first; none close
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
-answers best, verbatim, shown at once) -> selection (the LLM names the quoted sentences
-that answer; none: the rulebook is silent) -> translation (of those, for a question in
-another language) -> conclusion (the LLM answers from the selected quotes alone) -> checks
--> assembly (every quote shown, the conclusion only when it passed). A yes/no question skips
-selection and conclusion unless `answer_yes_no` trusts the model's yes or no.
-With the extractive backend no model runs: the quotes are the answer.
+answers best, verbatim, shown at once) -> selection (with `select` on, the LLM names the
+quoted sentences that answer, none meaning the rulebook is silent; off, the closest three)
+-> translation (of those, for a question in another language) -> conclusion (the LLM
+answers from those quotes alone) -> checks -> assembly (every quote shown, the conclusion
+only when it passed). A yes/no question gets no selection and no conclusion unless `answer_yes_no`
+trusts the model's yes or no. With the extractive backend no model runs: the quotes are
+the answer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rag.answering.assembly import not_covered_answer, quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.checks import (
     answer_word_check,
+    language_check,
     negation_check,
     numbers_check,
     strip_markers,
@@ -35,6 +37,9 @@ from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
 
 # Most quoted sentences the conclusion rests on: fewer, the shorter its prompt.
 MOST_CHOSEN = 3
+CLOSEST_CHOSEN = Check(
+    "selection", True, f"the closest {MOST_CHOSEN} quoted sentences (generation.select is off)"
+)
 UNTRUSTED_YES_NO = Check(
     "yes_no", False, "a yes or no from this model is not trusted (generation.answer_yes_no)"
 )
@@ -86,16 +91,21 @@ class Answerer:
             yield StreamEvent("answer", answer=self._answer(question, hits, quotes, [quote_check]))
             return
         concluding = self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
-        if concluding:
-            chosen, selection_check = self._select(question, deciding)
-        else:  # nothing to select for: the closest quoted sentences are the ones rendered
+        if not concluding:  # nothing to select for: the closest quoted sentences are rendered
             chosen, selection_check = list(deciding[:MOST_CHOSEN]), UNTRUSTED_YES_NO
+        elif self.settings.select:
+            chosen, selection_check = self._select(question, deciding)
+        else:
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), CLOSEST_CHOSEN
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
             basis = _selected(quotes, chosen)
             checks = [quote_check, selection_check]
             if question.lang != chosen[0].hit.chunk.lang:
+                # Rendered before the conclusion is written, so that it can restate them: a
+                # conclusion composed from the English alone shared too few words with the
+                # renderings made after it for its negations to be checked (eval/RESULTS.md).
                 basis, translation_check = self.translator.translate(basis, question.lang)
                 checks.append(translation_check)
                 quotes = _with_translations(quotes, basis)
@@ -158,6 +168,7 @@ class Answerer:
                 numbers_check(conclusion, basis),
                 negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
+                language_check(conclusion, question.lang),
             ]
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))

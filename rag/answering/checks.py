@@ -7,7 +7,9 @@
   read back as "you can't … if you don't have" has one negation too many and is caught);
 - answer_word: an opening yes or no agrees with the claim after it ("Yes, you cannot …"
   is caught), judged when the claim restates the question;
-- markers: the model was told to write none; any it wrote must point at a shown quote.
+- markers: the model was told to write none; any it wrote must point at a shown quote;
+- language: it is in the asker's language, glosses in brackets aside (a small model given
+  English rule text for a Chinese question sometimes copies the rule out in English).
 A translation is a restatement of its quote, so it must pass the numbers and negation
 checks against that quote, and gloss only the quote's own English terms, or it is not shown.
 """
@@ -18,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from rag.lang import CJK_RE, sentence_spans, tokenize
+from rag.lang import CJK_RE, detect_lang, sentence_spans, tokenize
 from rag.types import Check, Lang, Quote
 
 MARKER = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
@@ -195,6 +197,14 @@ def answer_word_check(conclusion: str, question: str, lang: Lang) -> Check:
     if word != expected:
         return Check("answer_word", False, f"opens with {word!r} but its claim says {expected!r}")
     return Check("answer_word", True)
+
+
+def language_check(conclusion: str, lang: Lang) -> Check:
+    """The conclusion is written in the asker's language; glossed terms do not count."""
+    written = detect_lang(_GLOSS.sub("", conclusion))
+    if written != lang:
+        return Check("language", False, f"written in {written}, asked in {lang}")
+    return Check("language", True)
 
 
 # --- markers -----------------------------------------------------------------------------

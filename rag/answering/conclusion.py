@@ -1,6 +1,6 @@
 """Conclusion: one or two sentences that answer the question as asked, from the quotes alone.
 
-The LLM sees only the quoted sentences it selected (with their renderings, for a question
+The LLM sees only the quoted sentences chosen for it (with their renderings, for a question
 in another language), not the other candidates, so it has little to misread. A yes/no
 question is told to begin with yes or no; a negated when/where question is asked both ways
 round (see rewording). The reply is JSON held to a schema; its "conclusion" string streams
