@@ -242,7 +242,9 @@ def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: flo
         abstained_ok=abstention_correct(answer.abstained, item.answerable),
         citations=len(answer.citations),
         supported=supported_citations((c.text for c in answer.citations), item.evidence),
-        answer_lang=answer_language(answer.answer),
+        # A shown conclusion is what the player reads first: it must be in their language
+        # (the headings and renderings around an English one would make the whole read zh).
+        answer_lang=answer_language(conclusion or answer.answer),
         latency_s=round(latency_s, 4),
         concluded=conclusion is not None,
         right_way=right_way,

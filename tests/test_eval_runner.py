@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import typer
-from conftest import FakeEmbedder, ScriptedGenerator
+from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 from typer.testing import CliRunner, Result
 
 from eval.command import register
@@ -120,8 +120,9 @@ def gold_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def book_pipeline(settings: Settings) -> Pipeline:
     # The hashed-word fake embedder scores Chinese questions below the relevance floor;
-    # with no floor, the replies alone decide which items abstain.
+    # with no floor, the replies alone decide which items abstain: the selection's.
     settings.retrieval.min_dense_score = 0.0
+    settings.generation.select = True
     return Pipeline(settings, embedder=FakeEmbedder(), generator=AnswerBook())
 
 
@@ -266,6 +267,27 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
     assert report["by_lang"]["zh"]["n"] == 1
     assert report["by_type"]["unanswerable"]["retrieval"]["mrr"] is None
     assert report["latency"]["p50_s"] is not None
+
+
+def test_a_conclusion_in_another_language_than_the_question_is_no_language_match() -> None:
+    from eval.runner import _score, parse_item
+    from rag.answering.assembly import quoted_answer
+    from rag.types import Quote
+
+    item = parse_item(GOLD[1])  # asked in Chinese
+    rule = "You gain 3 AP each turn."
+    quote = Quote(1, "g:1", "g", "Game › Section 1", 3, rule, "每回合获得 3AP。")
+
+    def scored(conclusion: str) -> bool:
+        answer = quoted_answer(
+            item.question, "g", "zh", quotes=[quote], conclusion=conclusion,
+            withheld=False, checks=[], hits=make_hits(rule), backend="test",
+        )  # fmt: skip
+        return _score(item, answer, [], 0.0).lang_ok
+
+    # Chinese headings and renderings around it do not make an English conclusion Chinese.
+    assert not scored("You gain 3 AP at the beginning of each turn.")
+    assert scored("每回合开始时获得 3AP（AP）。")
 
 
 def test_the_extractive_pipeline_runs_end_to_end(pipeline: Pipeline, gold_file: Path) -> None:
