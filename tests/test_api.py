@@ -20,6 +20,7 @@ from rag.errors import InputError
 from rag.generation import Generator
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt, system_message
+from rag.settings import Settings
 from rag.types import Turn
 
 if TYPE_CHECKING:
@@ -315,7 +316,7 @@ def test_stream_quotes_first_then_the_draft_then_the_checked_answer(
     checks = {c["name"]: c["passed"] for c in answer["checks"]}
     assert checks["numbers"] and checks["negation"] and checks["selection"]
     assert answer["backend"] == "scripted"
-    assert [p.task for p in scripted.prompts] == ["select", "conclude"]
+    assert [p.task for p in scripted.prompts] == ["conclude"]  # from the closest quotes
 
 
 def test_a_draft_that_fails_a_check_is_withheld(
@@ -334,8 +335,9 @@ def test_a_draft_that_fails_a_check_is_withheld(
 
 
 def test_stream_when_the_rulebook_is_silent(
-    scripted_client: httpx.Client, scripted: ScriptedGenerator
+    scripted_client: httpx.Client, scripted: ScriptedGenerator, settings: Settings
 ) -> None:
+    settings.generation.select = True  # the pipeline served reads it as it answers
     scripted.selections = ['{"ids": []}']  # the model finds no sentence that answers
     events = sse(scripted_client.post("/v1/ask/stream", json={"question": SUROS_Q}))
     assert [name for name, _ in events] == ["quotes", "citations", "done"]

@@ -68,6 +68,7 @@ def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:
+    settings.generation.select = True  # the selection lists every quoted sentence
     generator = ScriptedGenerator()
     pipeline = Pipeline(settings, embedder=FakeEmbedder(), generator=generator)
     answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")

@@ -128,9 +128,10 @@ def test_ask_user_errors_are_one_line_without_traceback(invoke: Invoke) -> None:
 
 
 def test_ask_abstention_exits_0_unless_asked_to_fail(
-    invoke_scripted: Invoke, scripted: ScriptedGenerator
+    invoke_scripted: Invoke, scripted: ScriptedGenerator, settings: Settings
 ) -> None:
     question = ("What is the hand limit in Maximum Apocalypse?",)
+    settings.generation.select = True
     scripted.selections = ['{"ids": []}', '{"ids": []}']  # no sentence answers it
     plain = invoke_scripted("ask", *question)
     assert plain.exit_code == 0

@@ -280,7 +280,7 @@ def test_the_pipeline_answers_through_the_server(fake: FakeServer, settings: Set
 
     fake.default = model
     gen = settings.generation.model_copy(
-        update={"backend": "openai", "base_url": fake.url, "model": "test-model"}
+        update={"backend": "openai", "base_url": fake.url, "model": "test-model", "select": True}
     )
     pipeline = Pipeline(settings.model_copy(update={"generation": gen}), embedder=FakeEmbedder())
     answer = pipeline.ask("How much HP does each player start with?", "suros")
