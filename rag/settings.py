@@ -139,14 +139,15 @@ class GenerationSettings(BaseModel):
         5,
         ge=1,
         description="Most sentences quoted, the closest to the question of the one passage "
-        "that answers best; the LLM selects among them.",
+        "that answers best; the conclusion rests on the closest 3 of them (with `select`, on "
+        "those the LLM chooses).",
     )
     select: bool = Field(
         False,
         description="Let the LLM choose which quoted sentences the conclusion rests on: one "
-        "more model call, about 4 s on a 2-core CPU. Off: the closest 3, which the default "
-        "1.5B model's choice matched on most gold questions (eval/RESULTS.md); turn it on "
-        "for a model that chooses better.",
+        "more model call, about 4 s on a 2-core CPU. Off: the closest 3; the default 1.5B "
+        "model's choice was no better than that order on the gold set (eval/RESULTS.md). "
+        "Turn it on for a model that chooses better.",
     )
     answer_yes_no: bool = Field(
         False,

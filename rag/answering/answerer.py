@@ -6,9 +6,9 @@ answers best, verbatim, shown at once) -> selection (with `select` on, the LLM n
 quoted sentences that answer, none meaning the rulebook is silent; off, the closest three)
 -> translation (of those, for a question in another language) -> conclusion (the LLM
 answers from those quotes alone) -> checks -> assembly (every quote shown, the conclusion
-only when it passed). A yes/no question gets no selection and no conclusion unless `answer_yes_no`
-trusts the model's yes or no. With the extractive backend no model runs: the quotes are
-the answer.
+only when it passed). A yes/no question gets no selection and no conclusion unless
+`answer_yes_no` trusts the model's yes or no. With the extractive backend no model runs:
+the quotes are the answer.
 """
 
 from __future__ import annotations
