@@ -40,18 +40,31 @@ def closest_of_all(most: int) -> Choice:
     return lambda ranked: list(ranked[:most])
 
 
-def one_passage(most: int, summed: int) -> Choice:
-    """The closest sentences of the passage whose `summed` closest sentences add up highest."""
-    return lambda ranked: deciding_sentences(ranked, most, summed)
+def one_passage(most: int, summed: int, penalty: float = 0.0) -> Choice:
+    """The closest sentences of the passage whose `summed` closest sentences add up highest,
+    each less `penalty` per place the passage stands below retrieval's first."""
+    return lambda ranked: deciding_sentences(ranked, most, summed, penalty)
+
+
+def first_passage(most: int) -> Choice:
+    """The closest sentences of the passage retrieval ranked first."""
+    return lambda ranked: [s for s in ranked if s.passage == 0][:most]
 
 
 CHOICES: dict[str, Choice] = {
     "closest 3 of all passages": closest_of_all(3),
     "closest 5 of all passages": closest_of_all(5),
+    "retrieval's first passage, 5 quotes": first_passage(5),
     **{
         f"one passage by its {summed} closest, {most} quotes": one_passage(most, summed)
         for most in (3, 5)
         for summed in (1, 2, 3)
+    },
+    **{
+        f"one passage by its 2 closest less {penalty} a place, 5 quotes": (
+            one_passage(5, 2, penalty)
+        )
+        for penalty in (0.02, 0.04, 0.08)
     },
 }
 
@@ -109,14 +122,14 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"embedder {report['embedding_model']}"]
     for gold, result in report["golds"].items():
         lines += ["", f"gold {gold}: {result['items']} answerable items"]
-        lines.append(f"{'choice':<42}{'recall':>8}{'cite':>8}{'quotes':>8}{'cited':>8}")
+        lines.append(f"{'choice':<58}{'recall':>8}{'cite':>8}{'quotes':>8}{'cited':>8}")
         for name, s in result["choices"].items():
             figures = "".join(
                 f"{format_value(s[key]):>8}"
                 for key in ("key_fact_recall", "citation_precision", "quotes_per_answer",
                             "passages_cited_per_answer")
             )  # fmt: skip
-            lines.append(f"{name:<42}{figures}")
+            lines.append(f"{name:<58}{figures}")
     return "\n".join(lines)
 
 

@@ -60,6 +60,13 @@ def test_quotes_come_from_the_passage_whose_two_closest_sentences_are_closest() 
     assert len(deciding_sentences(ranked, most=2, summed=1)) == 2
 
 
+def test_with_a_rank_penalty_a_passage_ranked_lower_must_be_closer_by_more() -> None:
+    first = [_sentence(0, 0, 0.60), _sentence(0, 1, 0.50)]
+    second = [_sentence(1, 0, 0.62), _sentence(1, 1, 0.52)]  # 0.04 closer, one place lower
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, rank_penalty=0.03)} == {0}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {1}
+
+
 def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
     glossary = [_sentence(0, 0, 0.54)]  # an entry echoing the question's words
     rule = [_sentence(1, 0, 0.49), _sentence(1, 1, 0.45)]
