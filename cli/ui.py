@@ -32,6 +32,7 @@ _STAGE_LABELS = {
     "reuse": "Passages already embedded",
     "embed": "Embedding new passages",
     "sentences": "Embedding new sentences",
+    "render": "Rendering sentences",
 }
 
 

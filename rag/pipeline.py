@@ -16,6 +16,7 @@ from pathlib import Path
 from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
+from rag.answering.translation import RenderingStore
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
 from rag.generation import ExtractiveGenerator, Generator, make_generator
 from rag.lang import detect_lang
@@ -114,7 +115,12 @@ class Pipeline:
         candidates = CandidateSelector(
             self.embedder, lambda: self.ensure_index().index.sentence_vectors()
         )
-        return Answerer(candidates, generator, gen)
+        renderings = (
+            RenderingStore(self.settings.renderings_dir, generator.name)
+            if generator.writes
+            else None
+        )
+        return Answerer(candidates, generator, gen, renderings)
 
     @property
     def generator(self) -> Generator:
@@ -227,6 +233,40 @@ class Pipeline:
             "Which game? Name it in the question or choose one (--game, or the game field).",
             self.corpus.slugs,
         )
+
+    def render_ahead(
+        self, lang: Lang, game: str | None = None, progress: Progress | None = None
+    ) -> tuple[int, int]:
+        """Render every sentence of the rulebooks in another language than `lang` (or of
+        `game`'s) into `lang` and keep them on disk, so that questions in `lang` wait for no
+        rendering: (sentences rendered now, sentences already kept)."""
+        if not self.generator.writes:
+            raise InputError(
+                f"Rendering needs an LLM; the {self.generator.name} backend has none "
+                "(generation.backend)."
+            )
+        index = self.ensure_index().index
+        games = [self.corpus.resolve(game)] if game else self.corpus.games
+        texts = list(
+            dict.fromkeys(
+                text
+                for info in games
+                if index.language(info.slug) != lang
+                for chunk in index.chunks_of(info.slug)
+                for text in index.sentence_vectors().of(chunk.id)[0]
+            )
+        )
+        translator = self.answerer.translator
+        kept = made = 0
+        for done, text in enumerate(texts, start=1):
+            if translator.known(text, lang) is None:
+                translator.render(text, lang)
+                made += 1
+            else:
+                kept += 1
+            if progress:
+                progress("render", done, len(texts))
+        return made, kept
 
     # --- asking --------------------------------------------------------------------------
 

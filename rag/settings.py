@@ -320,6 +320,11 @@ class Settings(BaseSettings):
     def user_books_dir(self) -> Path:
         return self.home / "books"
 
+    @property
+    def renderings_dir(self) -> Path:
+        """Renderings of rulebook sentences into other languages, kept across processes."""
+        return self.home / "renderings"
+
 
 def load_settings(**overrides: Any) -> Settings:
     """Build settings; a bad config file or value is a RulekeeperError naming where to fix it."""

@@ -541,3 +541,18 @@ def test_a_failing_system_call_is_one_line_but_a_bug_keeps_its_traceback(
 
     monkeypatch.setattr(pipeline, "games", broken)
     assert isinstance(invoke("games").exception, NotADirectoryError)
+
+
+# --- render -------------------------------------------------------------------------
+
+
+def test_rules_render_reports_the_sentences_and_refuses_an_unknown_language(
+    invoke_scripted: Invoke, invoke: Invoke
+) -> None:
+    render = invoke_scripted
+    result = render("render", "zh", "--game", "deck52")
+    assert result.exit_code == 0, result.output
+    assert " now, 0 already)" in result.output and "renderings" in result.output
+    assert "(0 now, " in render("render", "zh", "-g", "deck52").output
+    assert render("render", "fr").exit_code == ExitCode.USAGE
+    assert_user_error(invoke("render", "zh"), "needs an LLM")

@@ -1,9 +1,9 @@
-"""The rulebooks: `rules games`, `show`, `add`, `remove` and `index`."""
+"""The rulebooks: `rules games`, `show`, `add`, `remove`, `index` and `render`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.table import Table
@@ -17,6 +17,7 @@ from cli.toc import outline
 from cli.ui import Ui
 from rag.contents import Section, find_sections, table_of_contents
 from rag.errors import IngestError, InputError
+from rag.types import Lang
 
 _LANGUAGES = {"en": "English", "zh": "Chinese"}
 
@@ -179,4 +180,34 @@ def index(
         f"{len(manifest['games'])} games, embedder {manifest['embedding_model']}, "
         f"{manifest['index_type']} search, built {manifest['built_at']} "
         f"in {manifest['build_seconds']} s ({_build_counts(manifest)})."
+    )
+
+
+def render(
+    ctx: typer.Context,
+    lang: Annotated[
+        str,
+        typer.Argument(help="The language questions will be asked in: en or zh."),
+    ],
+    game: Annotated[
+        str | None,
+        typer.Option("--game", "-g", help="Only this game's rulebook. Default: every rulebook."),
+    ] = None,
+) -> None:
+    """Render every sentence of the rulebooks written in another language into LANG with
+    the LLM, ahead of time, and keep the renderings on disk: a question in LANG then waits
+    for no rendering, only for its conclusion.
+
+    Slow (a few seconds a sentence on a small CPU); interrupted, it goes on where it
+    stopped when run again. The warm local service finds the renderings without a restart.
+    """
+    if lang not in _LANGUAGES:
+        raise typer.BadParameter(f"{lang!r} is not one of: en, zh.", param_hint="LANG")
+    state = get_state(ctx)
+    pipeline = state.pipeline
+    with state.ui.index_progress() as progress:
+        made, kept = pipeline.render_ahead(cast(Lang, lang), game, progress)
+    state.ui.text(
+        f"{made + kept} sentences rendered into {_LANGUAGES[lang]} ({made} now, {kept} "
+        f"already), kept in {pipeline.settings.renderings_dir}."
     )

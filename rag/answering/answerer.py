@@ -30,7 +30,7 @@ from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream
 from rag.answering.quotes import deciding_sentences, make_quotes
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt
-from rag.answering.translation import Translator
+from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
 from rag.settings import GenerationSettings
 from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
@@ -60,11 +60,15 @@ class Question:
 
 class Answerer:
     def __init__(
-        self, candidates: CandidateSelector, generator: Generator, settings: GenerationSettings
+        self,
+        candidates: CandidateSelector,
+        generator: Generator,
+        settings: GenerationSettings,
+        renderings: RenderingStore | None = None,
     ) -> None:
         self.candidates = candidates
         self.generator = generator
-        self.translator = Translator(generator)
+        self.translator = Translator(generator, renderings)
         self.settings = settings
 
     def stream(self, question: Question, hits: list[Hit]) -> Iterator[StreamEvent]:

@@ -6,15 +6,25 @@ then written from the quotes and their renderings. One sentence per model call: 
 model translates a single sentence well, and mangles several at once (given three rule
 sentences and a question in one reply, the 1.5B model copied the question as each
 "translation"). A rendering that states a number its quote does not, or says "not" an odd
-number of times more or less, is not shown. Renderings are kept per sentence for the life
-of the process, so a sentence quoted again is not translated again.
+number of times more or less, is not shown.
+
+Renderings are kept per sentence, so a sentence quoted again is not translated again: for
+the life of the process, and on disk in the Rulekeeper home when a store is given, where
+other processes (the local service, API workers) find them too. A rulebook's sentences can
+be rendered ahead of time (`rules render`): a Chinese question then waits for no rendering,
+only for its conclusion.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from rag.answering.checks import faithful
 from rag.generation import Generator
@@ -32,31 +42,101 @@ TRANSLATION_SCHEMA = {
 }
 
 
+def translation_prompt(text: str, lang: Lang) -> Prompt:
+    task = phrases(lang)["translate"]
+    return Prompt(
+        task="translate",
+        question=text,
+        messages=[
+            system_message(),
+            {"role": "user", "content": fill(task, "translate", sentence=text)},
+        ],
+        schema=TRANSLATION_SCHEMA,
+        max_tokens=TRANSLATION_TOKENS,
+    )
+
+
+class RenderingStore:
+    """Renderings on disk, one JSON line each, appended as they are made (an interrupted
+    run loses nothing). One file per model and prompt: a rendering is what that model made
+    from that prompt, so another model or a changed prompt starts afresh. A file another
+    process appended to is read again from where this one stopped."""
+
+    def __init__(self, folder: Path, model: str) -> None:
+        fingerprint = hashlib.sha256(
+            json.dumps(
+                [
+                    system_message(),
+                    TRANSLATION_SCHEMA,
+                    [phrases(lang).get("translate") for lang in ("en", "zh")],
+                ]
+            ).encode()
+        ).hexdigest()[:10]
+        self.path = folder / f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint}.jsonl"
+        self._known: dict[tuple[str, str], str] = {}
+        self._read_to = 0
+        self._lock = threading.Lock()
+
+    def get(self, text: str, lang: Lang) -> str | None:
+        with self._lock:
+            if (lang, text) not in self._known:
+                self._read_new()
+            return self._known.get((lang, text))
+
+    def put(self, text: str, lang: Lang, rendering: str) -> None:
+        line = json.dumps({"lang": lang, "text": text, "rendering": rendering}, ensure_ascii=False)
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # One write of one line in append mode: lines from several processes never mix.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (line + "\n").encode("utf-8"))
+            finally:
+                os.close(fd)
+            self._known[(lang, text)] = rendering
+
+    def _read_new(self) -> None:
+        try:
+            with self.path.open("rb") as lines:
+                lines.seek(self._read_to)
+                for raw in lines:
+                    if not raw.endswith(b"\n"):  # being written: read it next time
+                        break
+                    self._read_to += len(raw)
+                    try:
+                        entry = json.loads(raw)
+                        self._known[(entry["lang"], entry["text"])] = entry["rendering"]
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a damaged line costs its rendering, not the store
+        except FileNotFoundError:
+            return
+
+
 class Translator:
-    def __init__(self, generator: Generator) -> None:
+    def __init__(self, generator: Generator, store: RenderingStore | None = None) -> None:
         self.generator = generator
+        self.store = store
         self._done: dict[tuple[Lang, str], str] = {}
         self._lock = threading.Lock()
 
-    def render(self, text: str, lang: Lang) -> str:
+    def known(self, text: str, lang: Lang) -> str | None:
+        """The rendering already made of `text`, in this process or kept on disk."""
         with self._lock:
             known = self._done.get((lang, text))
+        if known is None and self.store is not None:
+            known = self.store.get(text, lang)
+        return known
+
+    def render(self, text: str, lang: Lang) -> str:
+        known = self.known(text, lang)
         if known is not None:
             return known
-        task = phrases(lang)["translate"]
-        prompt = Prompt(
-            task="translate",
-            question=text,
-            messages=[
-                system_message(),
-                {"role": "user", "content": fill(task, "translate", sentence=text)},
-            ],
-            schema=TRANSLATION_SCHEMA,
-            max_tokens=TRANSLATION_TOKENS,
-        )
+        prompt = translation_prompt(text, lang)
         rendered, _ = reply_text(self.generator.complete(prompt), TRANSLATION_FIELD)
         with self._lock:
             self._done[(lang, text)] = rendered
+        if self.store is not None:
+            self.store.put(text, lang, rendered)
         return rendered
 
     def translate(self, quotes: Sequence[Quote], lang: Lang) -> tuple[list[Quote], Check]:

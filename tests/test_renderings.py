@@ -1,0 +1,74 @@
+"""Renderings kept on disk: made once by any process, found by every other, made ahead by
+`rules render`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ScriptedGenerator
+
+from rag.answering.translation import RenderingStore, Translator
+from rag.errors import InputError
+from rag.pipeline import Pipeline
+
+HAND_LIMIT = "Your hand limit is ten cards."
+
+
+def test_a_rendering_made_by_one_process_is_found_by_another(tmp_path: Path) -> None:
+    first = ScriptedGenerator(conclusions=["手牌上限是十张。"])
+    assert Translator(first, RenderingStore(tmp_path, "m")).render(HAND_LIMIT, "zh") == (
+        "手牌上限是十张。"
+    )
+    second = ScriptedGenerator()  # would reply "See the rule." if asked
+    assert Translator(second, RenderingStore(tmp_path, "m")).render(HAND_LIMIT, "zh") == (
+        "手牌上限是十张。"
+    )
+    assert len(first.prompts) == 1 and second.prompts == []
+
+
+def test_a_store_reads_what_another_appended_after_it_looked(tmp_path: Path) -> None:
+    reader, writer = RenderingStore(tmp_path, "m"), RenderingStore(tmp_path, "m")
+    assert reader.get(HAND_LIMIT, "zh") is None
+    writer.put(HAND_LIMIT, "zh", "手牌上限是十张。")
+    writer.put("Draw a card.", "zh", "抽一张牌。")
+    assert reader.get("Draw a card.", "zh") == "抽一张牌。"
+    assert reader.get(HAND_LIMIT, "zh") == "手牌上限是十张。"
+    assert reader.get(HAND_LIMIT, "en") is None
+
+
+def test_another_model_does_not_use_the_renderings(tmp_path: Path) -> None:
+    RenderingStore(tmp_path, "llama:small").put(HAND_LIMIT, "zh", "手牌上限是十张。")
+    assert RenderingStore(tmp_path, "llama:big").get(HAND_LIMIT, "zh") is None
+
+
+def test_a_damaged_line_costs_its_rendering_and_a_half_written_one_waits(tmp_path: Path) -> None:
+    store = RenderingStore(tmp_path, "m")
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    store.path.write_text('{"lang": "zh", "te\n{"lang": "zh", "text": "Draw a card.", "rend')
+    assert store.get("Draw a card.", "zh") is None
+    with store.path.open("a") as file:
+        file.write('ering": "抽一张牌。"}\n')
+    assert store.get("Draw a card.", "zh") == "抽一张牌。"
+
+
+def test_render_ahead_renders_each_sentence_once_and_answers_then_render_nothing(
+    scripted_pipeline: Pipeline, scripted: ScriptedGenerator
+) -> None:
+    made, kept = scripted_pipeline.render_ahead("zh", "Deck52: Final Bus")
+    sentences = {p.question for p in scripted.prompts}
+    assert made == len(sentences) == len(scripted.prompts) > 20 and kept == 0
+    assert {p.task for p in scripted.prompts} == {"translate"}
+    assert scripted_pipeline.render_ahead("zh", "Deck52: Final Bus") == (0, made)
+    assert scripted_pipeline.render_ahead("en", "Deck52: Final Bus") == (0, 0)  # English book
+
+    asked = len(scripted.prompts)
+    question = "Draw LOOT cards to Inventory? 开始时背包里放几张战利品牌？"
+    answer = scripted_pipeline.ask(question, "deck52")
+    assert answer.quotes and answer.game == "deck52-final-bus"
+    assert "translate" not in {p.task for p in scripted.prompts[asked:]}
+
+
+def test_render_ahead_needs_an_llm(pipeline: Pipeline) -> None:
+    with pytest.raises(InputError, match="needs an LLM"):
+        pipeline.render_ahead("zh")
