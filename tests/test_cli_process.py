@@ -188,7 +188,9 @@ def test_chat_on_a_terminal_keeps_the_game_switches_and_exits_cleanly(
     t.expect("Sources (maximum-apocalypse)")
     t.expect("maximum-apocalypse> ")
 
-    t.send("half a line\x03")  # Ctrl-C at the prompt drops the line, not the session
+    t.send("half a line")
+    t.expect("half a line")  # typed into the prompt (keys sent sooner may beat its set-up)
+    t.send("\x03")  # Ctrl-C at the prompt drops the line, not the session
     t.expect("maximum-apocalypse> ")
 
     t.send("/game suros\r")
