@@ -116,7 +116,11 @@ class Pipeline:
             self.embedder, lambda: self.ensure_index().index.sentence_vectors()
         )
         renderings = (
-            RenderingStore(self.settings.renderings_dir, generator.name)
+            RenderingStore(
+                self.settings.renderings_dir,
+                generator.name,
+                shipped=self.settings.corpus_dir / "renderings",
+            )
             if generator.writes
             else None
         )

@@ -42,6 +42,18 @@ def test_another_model_does_not_use_the_renderings(tmp_path: Path) -> None:
     assert RenderingStore(tmp_path, "llama:big").get(HAND_LIMIT, "zh") is None
 
 
+def test_shipped_renderings_are_read_and_new_ones_go_to_the_home(tmp_path: Path) -> None:
+    shipped = tmp_path / "corpus" / "renderings"
+    RenderingStore(shipped, "m").put(HAND_LIMIT, "zh", "手牌上限是十张。")
+    store = RenderingStore(tmp_path / "home", "m", shipped=shipped)
+    assert store.get(HAND_LIMIT, "zh") == "手牌上限是十张。"
+    assert not store.path.exists()  # reading wrote nothing to the home
+    store.put("Draw a card.", "zh", "抽一张牌。")
+    assert store.path.parent == tmp_path / "home" and store.path.is_file()
+    assert "抽一张牌" not in (shipped / store.path.name).read_text(encoding="utf-8")
+    assert RenderingStore(tmp_path / "other", "m2", shipped=shipped).get(HAND_LIMIT, "zh") is None
+
+
 def test_a_damaged_line_costs_its_rendering_and_a_half_written_one_waits(tmp_path: Path) -> None:
     store = RenderingStore(tmp_path, "m")
     store.path.parent.mkdir(parents=True, exist_ok=True)

@@ -60,9 +60,10 @@ class RenderingStore:
     """Renderings on disk, one JSON line each, appended as they are made (an interrupted
     run loses nothing). One file per model and prompt: a rendering is what that model made
     from that prompt, so another model or a changed prompt starts afresh. A file another
-    process appended to is read again from where this one stopped."""
+    process appended to is read again from where this one stopped. `shipped` holds the
+    built-in rulebooks' renderings made ahead by the default model, read-only."""
 
-    def __init__(self, folder: Path, model: str) -> None:
+    def __init__(self, folder: Path, model: str, shipped: Path | None = None) -> None:
         fingerprint = hashlib.sha256(
             json.dumps(
                 [
@@ -72,15 +73,20 @@ class RenderingStore:
                 ]
             ).encode()
         ).hexdigest()[:10]
-        self.path = folder / f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint}.jsonl"
+        name = f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint}.jsonl"
+        self.path = folder / name
         self._known: dict[tuple[str, str], str] = {}
         self._read_to = 0
+        self._unread_shipped = shipped / name if shipped else None
         self._lock = threading.Lock()
 
     def get(self, text: str, lang: Lang) -> str | None:
         with self._lock:
+            if self._unread_shipped is not None:
+                self._read(self._unread_shipped, 0)
+                self._unread_shipped = None
             if (lang, text) not in self._known:
-                self._read_new()
+                self._read_to = self._read(self.path, self._read_to)
             return self._known.get((lang, text))
 
     def put(self, text: str, lang: Lang, rendering: str) -> None:
@@ -95,21 +101,23 @@ class RenderingStore:
                 os.close(fd)
             self._known[(lang, text)] = rendering
 
-    def _read_new(self) -> None:
+    def _read(self, path: Path, offset: int) -> int:
+        """Read `path`'s whole lines from `offset` on; the offset reached."""
         try:
-            with self.path.open("rb") as lines:
-                lines.seek(self._read_to)
+            with path.open("rb") as lines:
+                lines.seek(offset)
                 for raw in lines:
                     if not raw.endswith(b"\n"):  # being written: read it next time
                         break
-                    self._read_to += len(raw)
+                    offset += len(raw)
                     try:
                         entry = json.loads(raw)
                         self._known[(entry["lang"], entry["text"])] = entry["rendering"]
                     except (ValueError, KeyError, TypeError):
                         continue  # a damaged line costs its rendering, not the store
         except FileNotFoundError:
-            return
+            pass
+        return offset
 
 
 class Translator:
