@@ -249,6 +249,7 @@ def test_add_then_ask_then_remove(invoke: Invoke, rulebook: Path) -> None:
     )
     assert "Warning" not in added.stderr
     assert "3 passages embedded, 260 reused" in added.stderr
+    assert "rules render zh --game pebble-race" in added.stderr  # Chinese questions, sooner
     assert "pebble-race" in invoke("games").stdout
     asked = invoke("ask", "What happens to a pebble that misses?", "--game", "PR", "--json")
     assert json.loads(asked.stdout)["game"] == "pebble-race"

@@ -133,6 +133,12 @@ def add(
         state.ui.warning(warning.message)
     _note_build(state.ui, pipeline.ensure_index().index.manifest)
     state.ui.note(f'Ask with: rules ask "..." --game {info.slug}')
+    other = next(lang for lang in _LANGUAGES if lang != report.language)
+    state.ui.note(
+        f"Questions in {_LANGUAGES[other]} wait for its rule text to be rendered; "
+        f"`rules render {other} --game {info.slug}` renders it all ahead "
+        "(a few seconds a sentence)."
+    )
 
 
 def remove(
