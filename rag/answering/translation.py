@@ -29,7 +29,7 @@ from pathlib import Path
 from rag.answering.checks import faithful
 from rag.generation import Generator
 from rag.prompting import Prompt, fill, phrases, reply_text, system_message
-from rag.types import Check, Lang, Quote
+from rag.types import LANGS, Check, Lang, Quote
 
 TRANSLATION_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
 TRANSLATION_FIELD = "translation"
@@ -69,7 +69,7 @@ class RenderingStore:
                 [
                     system_message(),
                     TRANSLATION_SCHEMA,
-                    [phrases(lang).get("translate") for lang in ("en", "zh")],
+                    [phrases(lang).get("translate") for lang in LANGS],
                 ]
             ).encode()
         ).hexdigest()[:10]
