@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator, Iterator, Sequence
 
 from rich.console import Group
@@ -38,31 +39,38 @@ def stream_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
 
 
 def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
+    if not ui.rich:
+        final = final_answer(events)
+        ui.text(final.answer)
+        return final
+    # A spinner while the models load and the rulebook is searched...
+    with Live(Spinner("dots", "Looking it up…"), console=ui.out, transient=True):
+        first = next(events, None)
+    # ...then the screen changes only when the answer does: the conclusion is being written
+    # on the same cores, and redrawing the rule text at every spinner frame slowed its first
+    # token by about half a second (eval/RESULTS.md, session 11).
     answer: Answer | None = None
-    if ui.rich:
-        draft = ""
-        quotes = ""
-        with Live(Spinner("dots", "Looking it up…"), console=ui.out, refresh_per_second=12) as live:
-            for event in events:
-                if event.kind == "quotes":
-                    quotes = event.text  # the rule text, before any LLM token
-                elif event.kind == "token":
-                    draft += event.text
-                else:
-                    answer = event.answer
-                    break
-                live.update(_in_progress(draft, quotes), refresh=True)
-            assert answer is not None  # ask_stream always ends with the answer
-            live.update(_answer_text(answer.answer))
-        return answer
-    answer = final_answer(events)
-    ui.text(answer.answer)
+    draft = ""
+    quotes = ""
+    with Live(console=ui.out, auto_refresh=False) as live:
+        for event in itertools.chain([first] if first else [], events):
+            if event.kind == "quotes":
+                quotes = event.text  # the rule text, before any LLM token
+            elif event.kind == "token":
+                draft += event.text
+            else:
+                answer = event.answer
+                break
+            live.update(_in_progress(draft, quotes), refresh=True)
+        assert answer is not None  # ask_stream always ends with the answer
+        live.update(_answer_text(answer.answer))  # drawn as the view closes
     return answer
 
 
 def _in_progress(draft: str, quotes: str) -> Group:
-    """The rule text found so far, with the conclusion's draft (not yet checked) above it."""
-    head = Text(draft, style="dim") if draft else Spinner("dots", "Checking the rule…")
+    """The rule text found so far, with the conclusion's draft (dim: not yet checked) above
+    it, or a note that it is being written."""
+    head = Text(draft, style="dim") if draft else Text("Checking the rule…")
     return Group(head, Text(), _answer_text(quotes))
 
 

@@ -7,6 +7,7 @@ stdout is not a terminal there, so these also check the plain (piped) output.
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -165,6 +166,24 @@ def test_terminal_shows_the_rule_text_then_the_draft_then_the_checked_answer(
     assert screen.index("Rule text:") < screen.index("99 AP")  # quotes before the draft...
     final_frame = screen.rsplit("\x1b[2K", 1)[-1]  # ...then redrawn with the final answer
     assert "Read the rule below" in final_frame and "99" not in final_frame
+
+
+def test_terminal_is_redrawn_only_when_the_answer_changes(
+    scripted_pipeline: Pipeline, scripted: ScriptedGenerator
+) -> None:
+    """While the conclusion is computed the screen stays still: a spinner redrawing the rule
+    text would take the cores the model reads its prompt on."""
+    events = list(scripted_pipeline.ask_stream("How much AP?", "suros"))
+
+    def slowly() -> Iterator[StreamEvent]:
+        for event in events:
+            time.sleep(0.3)  # a spinner refreshing 12 times a second would draw 3-4 frames
+            yield event
+
+    ui = _TerminalUi()
+    stream_answer(ui, slowly())
+    frames = ui.buffer.getvalue().count("Rule text:")
+    assert 2 <= frames <= len(events)  # the rule text, then once per event at most
 
 
 def test_an_interrupted_answer_closes_the_stream() -> None:
