@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from rag.answering.checks import unsupported_numbers
+from rag.answering.checks import miscounted, unsupported_numbers
 from rag.errors import GameNotFoundError, InputError
 from rag.metrics import (
     PROBE_FIELDS,
@@ -31,7 +31,7 @@ from rag.metrics import (
     way_round_problems,
 )
 from rag.pipeline import Pipeline
-from rag.types import Answer, Lang
+from rag.types import Answer, Lang, Quote
 
 ITEMS_FILE = "items.jsonl"
 REPORT_FILE = "report.json"
@@ -249,10 +249,15 @@ def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: flo
         concluded=conclusion is not None,
         right_way=right_way,
         probe=bool(item.probe),
-        invented_number=bool(
-            conclusion and unsupported_numbers(conclusion, [q.text for q in answer.quotes])
-        ),
+        invented_number=conclusion is not None and invents_a_number(conclusion, answer.quotes),
     )
+
+
+def invents_a_number(conclusion: str, quotes: Sequence[Quote]) -> bool:
+    """The conclusion states a number no quote states, or counts a thing otherwise than
+    the quotes do ("roll one die" beside "Roll the two Spawn dice")."""
+    texts = [q.text for q in quotes]
+    return bool(unsupported_numbers(conclusion, texts) or miscounted(conclusion, texts))
 
 
 def evaluate_item(pipeline: Pipeline, item: GoldItem, k: int) -> ItemResult:

@@ -162,7 +162,7 @@ class ItemScore:
     concluded: bool = False  # a checked conclusion was shown
     right_way: bool | None = None  # probe items with a conclusion shown: the right way round?
     probe: bool = False  # the item has probe fields
-    invented_number: bool = False  # the shown conclusion states a number its quotes do not
+    invented_number: bool = False  # the shown conclusion states or counts numbers unlike quotes
 
     @property
     def fact_recall(self) -> float | None:

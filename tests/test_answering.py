@@ -242,6 +242,15 @@ def test_numbers_must_appear_in_the_quotes() -> None:
     assert not numbers_check("每回合抽三张牌。", quotes).passed
 
 
+def test_a_thing_counted_otherwise_than_in_every_quote_that_counts_it_fails() -> None:
+    quotes = [quote("Roll the two Spawn dice."), quote("Draw a card.", n=2)]
+    failed = numbers_check("To spawn monsters, roll one die.", quotes)  # "one" is let pass...
+    assert not failed.passed and "roll 1 die" in failed.detail  # ...but not as a count of dice
+    assert numbers_check("Roll both dice, then draw one card.", quotes).passed  # a card: one
+    assert numbers_check("Roll one or two dice.", quotes).passed  # "one" counts no die here
+    assert numbers_check("Roll one die per monster.", [quote("Draw a card.")]).passed
+
+
 def test_numbers_are_read_in_every_form() -> None:
     assert stated_numbers("roll 2 dice, draw three, 两张, 十二点, 第二十五步, D6 [7]") == {
         2, 3, 12, 25

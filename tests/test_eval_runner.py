@@ -30,6 +30,7 @@ from eval.runner import (
     REPORT_FILE,
     UNRESOLVED,
     ItemResult,
+    invents_a_number,
     load_gold,
     render_table,
     run_eval,
@@ -668,3 +669,14 @@ def _without_latency(section: Any) -> Any:
     if isinstance(section, dict):
         return {k: _without_latency(v) for k, v in section.items() if "latency" not in k}
     return section
+
+
+def test_a_shown_conclusion_invents_a_number_it_states_or_counts_unlike_its_quotes() -> None:
+    from rag.types import Quote
+
+    def quotes(*texts: str) -> list[Quote]:
+        return [Quote(i, f"g:{i}", "g", "Game › Rules", 1, t, None) for i, t in enumerate(texts)]
+
+    assert invents_a_number("Gain 5 AP.", quotes("Gain 3 AP each round."))
+    assert invents_a_number("Roll one die.", quotes("Roll the two Spawn dice."))
+    assert not invents_a_number("Draw one card.", quotes("Draw a card.", "Hold ten cards."))

@@ -1,6 +1,7 @@
 """Checks that do not trust the model: a conclusion is shown only when it passes them all.
 
-- numbers: every number the conclusion states appears in its quotes;
+- numbers: every number the conclusion states appears in its quotes, and a thing it counts
+  ("one die") is not counted otherwise by every quote that counts it ("the two Spawn dice");
 - negation: at least one conclusion sentence restates a quote (most of its words are the
   quote's, or its translation's), so a quote vouches for it; each sentence that restates
   one says "not" as often, modulo two, as the quote does ("you may … if you DO NOT have"
@@ -71,11 +72,78 @@ def unsupported_numbers(text: str, sources: Sequence[str]) -> set[int]:
     return stated_numbers(text, one_words=False) - stated
 
 
+# What a number may count, a word or two after it ("two Spawn dice", "one monster card").
+_COUNTED_WINDOW = 2
+# Words that end the things a number counts ("one or two dice", "one of the cards").
+_NOT_COUNTED = frozenset({"or", "and", "of", "more", "less", "fewer", "than", "per", "each",
+                          "at", "to", "in", "on", "the", "your", "their", "is", "are"})  # fmt: skip
+# Words between a verb and its count ("roll the two dice", "draw up to three").
+_BEFORE_COUNT = frozenset({"the", "your", "their", "its", "up", "to", "exactly", "only"})
+_SINGULAR = {"dice": "die"}
+
+
+def counted_things(text: str, *, articles: bool = False) -> dict[tuple[str, str], set[int]]:
+    """What `text` counts, by the English verb before the number and each noun a word or
+    two after it: "roll one die" -> {(roll, die): {1}}, "Roll the two Spawn dice" ->
+    {(roll, spawn): {2}, (roll, die): {2}}; "both" counts two. With `articles`, "a" and
+    "an" count one (a rule's "draw a card" allows a conclusion's "draw one card")."""
+    counted: dict[tuple[str, str], set[int]] = {}
+    words = [_fold(w) for w in re.findall(r"[a-z]+|\d+", MARKER.sub(" ", text).lower())]
+    for i, word in enumerate(words):
+        value = _count_value(word, articles=articles)
+        if value is None:
+            continue
+        before = [w for w in words[max(0, i - 3) : i] if w not in _BEFORE_COUNT]
+        verb = before[-1] if before else ""
+        for following in words[i + 1 : i + 1 + _COUNTED_WINDOW]:
+            if following in _NOT_COUNTED or _count_value(following, articles=True) is not None:
+                break
+            counted.setdefault((verb, following), set()).add(value)
+    return counted
+
+
+def _fold(word: str) -> str:
+    """ "dice" is "die", "cards" is "card", "draws" is "draw"."""
+    word = _SINGULAR.get(word, word)
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def _count_value(word: str, *, articles: bool) -> int | None:
+    if word.isdigit():
+        return int(word)
+    if word == "both":
+        return 2
+    if articles and word in ("a", "an"):
+        return 1
+    return _EN_WORD_VALUE.get(word)
+
+
+def miscounted(text: str, sources: Sequence[str]) -> list[str]:
+    """Things `text` counts otherwise than every source that does the same with them:
+    "roll one die" where the rule says "Roll the two Spawn dice". (A rule's "hand limit is
+    ten cards" says nothing against "draw one card".)"""
+    allowed: dict[tuple[str, str], set[int]] = {}
+    for source in sources:
+        for key, values in counted_things(source, articles=True).items():
+            allowed.setdefault(key, set()).update(values)
+    return [
+        f"{verb} {'/'.join(str(v) for v in sorted(values))} {noun}".strip()
+        for (verb, noun), values in counted_things(text).items()
+        if (verb, noun) in allowed and not values & allowed[verb, noun]
+    ]
+
+
 def numbers_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
-    extra = unsupported_numbers(conclusion, [q.text for q in quotes])
+    sources = [q.text for q in quotes]
+    extra = unsupported_numbers(conclusion, sources)
     if extra:
         listed = ", ".join(str(n) for n in sorted(extra))
         return Check("numbers", False, f"states {listed}, which no quote states")
+    wrong = miscounted(conclusion, sources)
+    if wrong:
+        return Check(
+            "numbers", False, f"counts {', '.join(wrong)}, which the quotes count otherwise"
+        )
     return Check("numbers", True)
 
 
