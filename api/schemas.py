@@ -263,8 +263,9 @@ class AskResponse(BaseModel):
     answer: str = Field(
         description="The answer as shown: the conclusion (or, when one failed a check, a "
         "line saying to read the rule) and the rule text; or, when `abstained`, that the "
-        "rulebook does not say. Then a reminder. Every `[n]` marker refers to an entry of "
-        "`citations`."
+        "rulebook does not say (above the nearest rule text, cited, when it only seems not "
+        "to: no conclusion passed its checks and no sentence is close). Then a reminder. "
+        "Every `[n]` marker refers to an entry of `citations`."
     )
     abstained: bool = Field(description="True when the rulebook does not cover the question.")
     citations: list[CitationOut]

@@ -162,6 +162,13 @@ class GenerationSettings(BaseModel):
         "sentence the rulebook is taken as silent (set for the default embedder on the gold "
         "set: eval/RESULTS.md); 0: never.",
     )
+    min_score_unconcluded: float = Field(
+        0.49,
+        description="A question whose conclusion failed its checks, and whose closest "
+        "sentence scores under this, is answered that the rulebook does not seem to say it "
+        "(the nearest rule text still shown): measured on the gold set and held out on the "
+        "real rulebooks (eval/RESULTS.md); 0: never.",
+    )
 
 
 class PublishableKey(BaseModel):

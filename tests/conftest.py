@@ -121,9 +121,11 @@ class ScriptedGenerator(Generator):
 
 
 def on_fake_scale(settings: Settings) -> Settings:
-    """The settings with the closeness gate off: the fake embedder's bag-of-words cosines
-    are not on the real embedder's scale (tests of the gate set it)."""
-    generation = settings.generation.model_copy(update={"min_sentence_score": 0})
+    """The settings with the closeness gates off: the fake embedder's bag-of-words cosines
+    are not on the real embedder's scale (tests of the gates set them)."""
+    generation = settings.generation.model_copy(
+        update={"min_sentence_score": 0, "min_score_unconcluded": 0}
+    )
     return settings.model_copy(update={"generation": generation})
 
 

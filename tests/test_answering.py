@@ -332,6 +332,29 @@ def test_selecting_no_sentence_abstains(settings: Settings) -> None:
     assert [p.task for p in generator.prompts] == ["select"]  # nothing more was written
 
 
+def test_no_checked_conclusion_and_no_close_sentence_seem_silent(settings: Settings) -> None:
+    generation = settings.generation.model_copy(update={"min_score_unconcluded": 0.99})
+    doubtful = settings.model_copy(update={"generation": generation})
+    question = ("What is the hand limit?", "Maximum Apocalypse")
+    invented = '{"conclusion": "You may hold 99 cards."}'  # fails the numbers check
+    answer = scripted_pipeline_with(doubtful, ScriptedGenerator(conclusions=[invented])).ask(
+        *question
+    )
+    assert answer.abstained and answer.conclusion is None and answer.quotes
+    assert answer.answer.startswith(phrases("en")["not_answered"])
+    assert "Rule text:" in answer.answer and answer.citations  # what was found stays shown
+    assert ("closeness", False) in [(c.name, c.passed) for c in answer.checks]
+    # A conclusion that passes is shown however far the closest sentence is...
+    restating = ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}'])
+    shown = scripted_pipeline_with(doubtful, restating).ask(*question)
+    assert not shown.abstained and shown.conclusion
+    # ...and one that fails, with the closest sentence close enough, leaves the rule to read.
+    plain = scripted_pipeline_with(settings, ScriptedGenerator(conclusions=[invented])).ask(
+        *question
+    )
+    assert not plain.abstained and plain.answer.startswith(phrases("en")["read_the_rule"])
+
+
 def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Settings) -> None:
     generator = ScriptedGenerator(selections=['{"ids": [1]}'])
     strict = settings.model_copy(

@@ -6,9 +6,10 @@ answers best, verbatim, shown at once) -> selection (with `select` on, the LLM n
 quoted sentences that answer, none meaning the rulebook is silent; off, the closest three)
 -> translation (of those, for a question in another language) -> conclusion (the LLM
 answers from those quotes alone) -> checks -> assembly (every quote shown, the conclusion
-only when it passed). A yes/no question gets no selection and no conclusion unless
-`answer_yes_no` trusts the model's yes or no. With the extractive backend no model runs:
-the quotes are the answer.
+only when it passed; when none passed and the closest sentence is far, under a line saying
+the rulebook does not seem to say). A yes/no question gets no selection and no conclusion
+unless `answer_yes_no` trusts the model's yes or no. With the extractive backend no model
+runs: the quotes are the answer.
 """
 
 from __future__ import annotations
@@ -127,7 +128,9 @@ class Answerer:
                 )
                 for text in stream_conclusion(self.generator.stream(prompt), reply):
                     yield StreamEvent("token", text=text)
-                answer = self._concluded(question, hits, quotes, basis, "".join(reply), checks)
+                answer = self._concluded(
+                    question, hits, quotes, basis, "".join(reply), checks, ranked[0].score
+                )
         answer.timings.generate_s = time.perf_counter() - started
         yield StreamEvent("answer", answer=answer)
 
@@ -160,9 +163,11 @@ class Answerer:
         basis: list[Quote],
         reply: str,
         checks: list[Check],
+        closest: float,
     ) -> Answer:
         """The answer showing `quotes`, concluded from `basis` (the selected ones) when the
-        conclusion passes the checks against them."""
+        conclusion passes the checks against them. When it does not, and the closest
+        sentence (`closest`, its score) is not close either, the rulebook seems silent."""
         conclusion, marker_check = strip_markers(
             parse_conclusion(reply, question.text, question.lang), [q.n for q in basis]
         )
@@ -179,6 +184,19 @@ class Answerer:
         shown = bool(conclusion) and all(
             c.passed for c in checks if c.name not in ("quotes", "selection", "translation")
         )
+        # Two signals of silence together, measured on the whole gold set: no conclusion
+        # restating the quotes survived the checks, and the closest sentence is far.
+        silent = not shown and closest < self.settings.min_score_unconcluded
+        if silent:
+            checks.append(
+                Check(
+                    "closeness",
+                    False,
+                    f"no conclusion passed, and the closest sentence scores {closest:.2f}, "
+                    f"under {self.settings.min_score_unconcluded:.2f}: the rulebook does not "
+                    "seem to answer the question",
+                )
+            )
         return quoted_answer(
             question.text,
             question.game.slug,
@@ -189,6 +207,7 @@ class Answerer:
             checks=checks,
             hits=hits,
             backend=self.generator.name,
+            silent=silent,
         )
 
     def _answer(

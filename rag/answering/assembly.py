@@ -4,7 +4,8 @@ The conclusion comes first, citing the quotes' passages; then the rule text, eac
 verbatim with its section and page (and its translation, for a question in another
 language). A conclusion that failed a check is not shown: a plain "read the rule below"
 line stands in its place. When the rulebook is silent the answer says so in the asker's
-language and the nearest passages are listed instead.
+language and the nearest passages are listed instead (or, when it only seems silent, the
+nearest rule text stays shown under that line).
 """
 
 from __future__ import annotations
@@ -58,14 +59,18 @@ def quoted_answer(
     checks: list[Check],
     hits: list[Hit],
     backend: str,
+    silent: bool = False,
 ) -> Answer:
     """The answer resting on `quotes`: the conclusion when there is one to show, else
     (`withheld`: one was wanted but failed a check or was not asked for) the read-the-rule
-    line."""
+    line, or (`silent`) that the rulebook does not seem to say, above the nearest rule text:
+    an abstention that still shows what it found."""
     words = phrases(lang)
     parts = []
     if conclusion:
         parts.append(f"{words['heading_conclusion']}: {conclusion} {_markers(quotes)}")
+    elif silent:
+        parts.append(words["not_answered"])
     elif withheld:
         parts.append(words["read_the_rule"])
     parts.append(rule_text(quotes, lang))
@@ -74,7 +79,7 @@ def quoted_answer(
         game=game,
         lang=lang,
         answer=_with_reminder("\n\n".join(parts), lang),
-        abstained=False,
+        abstained=silent,
         citations=citations_for(quotes, hits),
         passages=hits,
         backend=backend,
