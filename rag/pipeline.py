@@ -264,7 +264,7 @@ class Pipeline:
         kept = made = 0
         for done, text in enumerate(texts, start=1):
             if translator.known(text, lang) is None:
-                translator.render(text, lang)
+                translator.make(text, lang)
                 made += 1
             else:
                 kept += 1

@@ -121,30 +121,35 @@ class RenderingStore:
 
 
 class Translator:
+    """Renders rulebook sentences with the LLM, each once: kept in `store` (on disk, for
+    every process) when one is given, else for this process."""
+
     def __init__(self, generator: Generator, store: RenderingStore | None = None) -> None:
         self.generator = generator
         self.store = store
-        self._done: dict[tuple[Lang, str], str] = {}
+        self._made: dict[tuple[Lang, str], str] = {}  # without a store
         self._lock = threading.Lock()
 
     def known(self, text: str, lang: Lang) -> str | None:
-        """The rendering already made of `text`, in this process or kept on disk."""
+        """The rendering already made of `text`, if any."""
+        if self.store is not None:
+            return self.store.get(text, lang)
         with self._lock:
-            known = self._done.get((lang, text))
-        if known is None and self.store is not None:
-            known = self.store.get(text, lang)
-        return known
+            return self._made.get((lang, text))
 
     def render(self, text: str, lang: Lang) -> str:
         known = self.known(text, lang)
-        if known is not None:
-            return known
+        return self.make(text, lang) if known is None else known
+
+    def make(self, text: str, lang: Lang) -> str:
+        """A new rendering of `text`, kept (one not yet made: see `known`)."""
         prompt = translation_prompt(text, lang)
         rendered, _ = reply_text(self.generator.complete(prompt), TRANSLATION_FIELD)
-        with self._lock:
-            self._done[(lang, text)] = rendered
         if self.store is not None:
             self.store.put(text, lang, rendered)
+        else:
+            with self._lock:
+                self._made[(lang, text)] = rendered
         return rendered
 
     def translate(self, quotes: Sequence[Quote], lang: Lang) -> tuple[list[Quote], Check]:
