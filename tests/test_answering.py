@@ -394,7 +394,8 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
 ) -> None:
     generator = ScriptedGenerator(
         selections=['{"ids": [1]}'],
-        conclusions=["手牌上限译文", '{"conclusion": "手牌上限译文。"}'],  # translate, conclude
+        # the rendering, then the conclusion
+        conclusions=["手牌上限是10张牌", '{"conclusion": "手牌上限是10张牌。"}'],
     )
     pipeline = scripted_pipeline_with(selecting(settings), generator)
     events = list(pipeline.ask_stream("What is the hand limit? 手牌上限是多少？", "末日启示录"))
@@ -402,13 +403,13 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
     assert answer is not None and answer.lang == "zh"
     assert [p.task for p in generator.prompts] == ["select", "translate", "conclude"]
     selected = generator.prompts[1].question  # the sentence translated: the one selected
-    assert [q.translation for q in answer.quotes if q.text == selected] == ["手牌上限译文"]
+    assert [q.translation for q in answer.quotes if q.text == selected] == ["手牌上限是10张牌"]
     assert all(q.translation is None for q in answer.quotes if q.text != selected)
-    assert "译文: 手牌上限译文" in answer.answer and "规则原文" in answer.answer
+    assert "译文: 手牌上限是10张牌" in answer.answer and "规则原文" in answer.answer
     translated = [e for e in events if e.kind == "quotes"][-1]
     assert translated.quotes == tuple(answer.quotes)  # sent before the conclusion
-    assert "(手牌上限译文)" in generator.prompts[2].messages[-1]["content"]
-    assert answer.conclusion == "手牌上限译文。"  # restates the rendering: checkable
+    assert "(手牌上限是10张牌)" in generator.prompts[2].messages[-1]["content"]
+    assert answer.conclusion == "手牌上限是10张牌。"  # restates the rendering: checkable
 
 
 def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
@@ -439,6 +440,15 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     )
     assert quotes[0].translation is None and quotes[1].translation is None
     assert not check.passed and "1, 2" in check.detail  # 12 is not 10; two is not ten
+
+    condition = "If you ever have 10 cards and draw a card, you draw and then discard a card."
+    lost = "你每次抽一张牌，然后弃一张牌。"  # the condition's 10 left out
+    kept = "如果你有10张牌时抽牌，你先抽牌再弃一张牌。"
+    step = "2. Shuffle the deck."  # a list item's own number may be left out
+    for sentence, reply, shown in ((condition, lost, None), (condition, kept, kept),
+                                   (step, "洗牌。", "洗牌。")):  # fmt: skip
+        translator = Translator(ScriptedGenerator(conclusions=[reply]))
+        assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
 
     echo = (
         "请遵守所有条件、数字和否定（not、only、unless）。"

@@ -12,7 +12,8 @@
 - language: it is in the asker's language, glosses in brackets aside (a small model given
   English rule text for a Chinese question sometimes copies the rule out in English).
 A translation is a restatement of its quote, so it must pass the numbers and negation
-checks against that quote, and gloss only the quote's own English terms, or it is not shown.
+checks against that quote, keep every number the quote states, and gloss only the quote's
+own English terms, or it is not shown.
 """
 
 from __future__ import annotations
@@ -305,11 +306,24 @@ def foreign_glosses(translation: str, quote: str) -> list[str]:
     return [g for g in _ENGLISH_GLOSS.findall(translation) if not _words(g) <= own]
 
 
+# A list item's own number ("2. Shuffle the deck."): a rendering may leave it out.
+_ITEM_NUMBER = re.compile(r"^\s*\d+[.)]\s")
+
+
+def dropped_numbers(translation: str, quote: str) -> set[int]:
+    """Numbers the quote states that the translation does not ("If you ever have 10 cards
+    and draw a card…" rendered without its 10 has lost its condition). "One" and "a" are
+    not asked for: 一 stands in many words, and "a card" may be rendered 一张 or not."""
+    stated = stated_numbers(_ITEM_NUMBER.sub(" ", quote), one_words=False)
+    return stated - stated_numbers(translation)
+
+
 def faithful(translation: str, quote: str) -> bool:
-    """A translation states no number its quote does not, says "not" as often (mod 2), and
-    glosses only English terms of its quote."""
+    """A translation states every number its quote states and no other, says "not" as
+    often (mod 2), and glosses only English terms of its quote."""
     return (
         not unsupported_numbers(translation, [quote])
+        and not dropped_numbers(translation, quote)
         and not flipped(translation, quote)
         and not foreign_glosses(translation, quote)
     )
