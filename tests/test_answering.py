@@ -497,7 +497,7 @@ def test_a_yes_no_question_gets_the_rule_and_no_untrusted_yes_or_no(settings: Se
     answer = scripted_pipeline_with(settings, generator).ask(question, "MaxApoc")
     assert generator.prompts == []  # no conclusion asked for, so nothing selected for one
     assert answer.conclusion is None and answer.quotes and not answer.abstained
-    assert answer.answer.startswith(phrases("en")["read_the_rule"])
+    assert answer.answer.startswith(phrases("en")["read_the_rule_yes_no"])
     assert ("yes_no", False) in [(c.name, c.passed) for c in answer.checks]
 
     generation = settings.generation.model_copy(update={"answer_yes_no": True})

@@ -116,7 +116,7 @@ class Answerer:
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
             if not concluding:
-                answer = self._answer(question, hits, quotes, checks, withheld=True)
+                answer = self._answer(question, hits, quotes, checks, yes_no=True)
             else:
                 reply: list[str] = []
                 prompt = conclusion_prompt(
@@ -217,17 +217,19 @@ class Answerer:
         quotes: list[Quote],
         checks: list[Check],
         *,
-        withheld: bool = False,
+        yes_no: bool = False,
     ) -> Answer:
-        """The quotes without a conclusion: none was asked for (`withheld` says whether one
-        was wanted, so the player is told to read the rule)."""
+        """The quotes without a conclusion, none having been asked for: the answer itself
+        (no model), or (`yes_no`) the rule that decides a yes or no the model is not
+        trusted to give, which the player is told to read."""
         return quoted_answer(
             question.text,
             question.game.slug,
             question.lang,
             quotes=quotes,
             conclusion=None,
-            withheld=withheld,
+            withheld=False,
+            yes_no=yes_no,
             checks=checks,
             hits=hits,
             backend=self.generator.name,

@@ -60,17 +60,20 @@ def quoted_answer(
     hits: list[Hit],
     backend: str,
     silent: bool = False,
+    yes_no: bool = False,
 ) -> Answer:
     """The answer resting on `quotes`: the conclusion when there is one to show, else
-    (`withheld`: one was wanted but failed a check or was not asked for) the read-the-rule
-    line, or (`silent`) that the rulebook does not seem to say, above the nearest rule text:
-    an abstention that still shows what it found."""
+    (`withheld`: one was wanted but failed a check) the read-the-rule line, or (`silent`)
+    that the rulebook does not seem to say, above the nearest rule text: an abstention that
+    still shows what it found, or (`yes_no`) that the rule below decides the yes or no."""
     words = phrases(lang)
     parts = []
     if conclusion:
         parts.append(f"{words['heading_conclusion']}: {conclusion} {_markers(quotes)}")
     elif silent:
         parts.append(words["not_answered"])
+    elif yes_no:
+        parts.append(words["read_the_rule_yes_no"])
     elif withheld:
         parts.append(words["read_the_rule"])
     parts.append(rule_text(quotes, lang))
