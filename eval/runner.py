@@ -31,7 +31,8 @@ from rag.metrics import (
     way_round_problems,
 )
 from rag.pipeline import Pipeline
-from rag.types import Answer, Lang, Quote
+from rag.prompting import phrases
+from rag.types import LANGS, Answer, Lang, Quote
 
 ITEMS_FILE = "items.jsonl"
 REPORT_FILE = "report.json"
@@ -238,7 +239,7 @@ def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: flo
         type=item.type,
         answerable=item.answerable,
         first_hit=first_hit_rank(ranked, item.evidence),
-        facts=facts_covered(answer.answer, item.key_facts),
+        facts=facts_covered(without_fixed_lines(answer.answer), item.key_facts),
         abstained_ok=abstention_correct(answer.abstained, item.answerable),
         citations=len(answer.citations),
         supported=supported_citations((c.text for c in answer.citations), item.evidence),
@@ -251,6 +252,20 @@ def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: flo
         probe=bool(item.probe),
         invented_number=conclusion is not None and invents_a_number(conclusion, answer.quotes),
     )
+
+
+# Lines every answer of a kind carries, in either language; they may hold words that are
+# key facts of some question ("no", "cannot", 不能) and must not count as stating them.
+FIXED_LINES = ("not_answered", "not_covered", "read_the_rule", "read_the_rule_yes_no", "reminder")
+
+
+def without_fixed_lines(answer: str) -> str:
+    """The answer's text as scored for key facts: what Rulekeeper found and concluded."""
+    for lang in LANGS:
+        words = phrases(lang)
+        for name in FIXED_LINES:
+            answer = answer.replace(words[name].strip(), " ")
+    return answer
 
 
 def invents_a_number(conclusion: str, quotes: Sequence[Quote]) -> bool:

@@ -35,6 +35,7 @@ from eval.runner import (
     render_table,
     run_eval,
     select_items,
+    without_fixed_lines,
 )
 from rag.errors import InputError, ModelError
 from rag.generation import Generator
@@ -680,3 +681,13 @@ def test_a_shown_conclusion_invents_a_number_it_states_or_counts_unlike_its_quot
     assert invents_a_number("Gain 5 AP.", quotes("Gain 3 AP each round."))
     assert invents_a_number("Roll one die.", quotes("Roll the two Spawn dice."))
     assert not invents_a_number("Draw one card.", quotes("Draw a card.", "Hold ten cards."))
+
+
+def test_key_facts_are_not_found_in_the_lines_every_answer_carries() -> None:
+    from rag.prompting import phrases
+
+    says_no = f"{phrases('en')['not_covered']}\n\n{phrases('en')['reminder']}"
+    assert "not" in says_no  # a key fact such as ["no", "not"] would be found in it...
+    assert without_fixed_lines(says_no).strip() == ""  # ...but is not scored there
+    shown = f"{phrases('zh')['read_the_rule']}\n\n规则原文:\n    “You cannot move.”"
+    assert "You cannot move." in without_fixed_lines(shown)
