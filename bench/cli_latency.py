@@ -88,8 +88,8 @@ class Screen:
         """Watch the output past `since` until the answer is complete.
 
         Work is done only when output arrives, and on its tail: the answer is computed on
-        the same two cores, and a watcher that polls and rescans the whole screen slows it
-        (by 1-2 s an answer, measured in session 11)."""
+        the same two cores, and a watcher that polls and rescans the whole screen takes CPU
+        from it."""
         timing = Timing()
         heading_at: int | None = None  # where the rule text's heading first shows
         checked = since  # output before this has been looked through

@@ -48,7 +48,7 @@ def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
         first = next(events, None)
     # ...then the screen changes only when the answer does: the conclusion is being written
     # on the same cores, and redrawing the rule text at every spinner frame slowed its first
-    # token by about half a second (eval/RESULTS.md, session 11).
+    # token by 0.8 s at the median (eval/RESULTS.md, session 11).
     answer: Answer | None = None
     draft = ""
     quotes = ""

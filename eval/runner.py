@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from rag.answering.checks import miscounted, unsupported_numbers
+from rag.answering.checks import numbers_check
 from rag.errors import GameNotFoundError, InputError
 from rag.metrics import (
     PROBE_FIELDS,
@@ -269,10 +269,10 @@ def without_fixed_lines(answer: str) -> str:
 
 
 def invents_a_number(conclusion: str, quotes: Sequence[Quote]) -> bool:
-    """The conclusion states a number no quote states, or counts a thing otherwise than
-    the quotes do ("roll one die" beside "Roll the two Spawn dice")."""
-    texts = [q.text for q in quotes]
-    return bool(unsupported_numbers(conclusion, texts) or miscounted(conclusion, texts))
+    """The conclusion fails the answers' numbers check against every quote shown: it states
+    a number no quote states, or counts a thing otherwise than the quotes do ("roll one
+    die" beside "Roll the two Spawn dice")."""
+    return not numbers_check(conclusion, quotes).passed
 
 
 def evaluate_item(pipeline: Pipeline, item: GoldItem, k: int) -> ItemResult:

@@ -105,8 +105,12 @@ def counted_things(text: str, *, articles: bool = False) -> dict[tuple[str, str]
 
 def _fold(word: str) -> str:
     """ "dice" is "die", "cards" is "card", "draws" is "draw"."""
-    word = _SINGULAR.get(word, word)
-    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+    return _without_plural(_SINGULAR.get(word, word))
+
+
+def _without_plural(word: str) -> str:
+    """An English word's plural (or third-person) "s" taken off: "cards" is "card"."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and word.isascii() else word
 
 
 def _count_value(word: str, *, articles: bool) -> int | None:
@@ -200,7 +204,7 @@ def negations(text: str) -> int:
 
 def _words(text: str) -> set[str]:
     """Content words, plurals folded ("cards" is "card")."""
-    return {w[:-1] if len(w) > 3 and w.endswith("s") and w.isascii() else w for w in tokenize(text)}
+    return {_without_plural(w) for w in tokenize(text)}
 
 
 def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> int | None:
