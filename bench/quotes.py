@@ -90,7 +90,7 @@ def _score(rows: list[Row], choice: Choice, gate: float) -> dict[str, Any]:
             continue
         quotes, _ = make_quotes(choice(ranked))
         answer = quoted_answer(
-            item.question, slug, lang, quotes=quotes, conclusion=None, withheld=False,
+            item.question, slug, lang, quotes=quotes, conclusion=None,
             checks=[], hits=hits, backend="bench",
         )  # fmt: skip
         facts += facts_covered(answer.answer, item.key_facts)

@@ -283,7 +283,7 @@ def test_a_conclusion_in_another_language_than_the_question_is_no_language_match
     def scored(conclusion: str) -> bool:
         answer = quoted_answer(
             item.question, "g", "zh", quotes=[quote], conclusion=conclusion,
-            withheld=False, checks=[], hits=make_hits(rule), backend="test",
+            checks=[], hits=make_hits(rule), backend="test",
         )  # fmt: skip
         return _score(item, answer, [], 0.0).lang_ok
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from rag.answering.assembly import not_covered_answer, quoted_answer, rule_text
+from rag.answering.assembly import Line, not_covered_answer, quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.checks import (
     answer_word_check,
@@ -116,7 +116,7 @@ class Answerer:
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
             if not concluding:
-                answer = self._answer(question, hits, quotes, checks, yes_no=True)
+                answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
             else:
                 reply: list[str] = []
                 prompt = conclusion_prompt(
@@ -203,11 +203,10 @@ class Answerer:
             question.lang,
             quotes=quotes,
             conclusion=conclusion if shown else None,
-            withheld=not shown,
             checks=checks,
             hits=hits,
             backend=self.generator.name,
-            silent=silent,
+            line=None if shown else "not_answered" if silent else "read_the_rule",
         )
 
     def _answer(
@@ -216,23 +215,21 @@ class Answerer:
         hits: list[Hit],
         quotes: list[Quote],
         checks: list[Check],
-        *,
-        yes_no: bool = False,
+        line: Line | None = None,
     ) -> Answer:
         """The quotes without a conclusion, none having been asked for: the answer itself
-        (no model), or (`yes_no`) the rule that decides a yes or no the model is not
-        trusted to give, which the player is told to read."""
+        (no model), or (`read_the_rule_yes_no`) the rule that decides a yes or no the model
+        is not trusted to give, which the player is told to read."""
         return quoted_answer(
             question.text,
             question.game.slug,
             question.lang,
             quotes=quotes,
             conclusion=None,
-            withheld=False,
-            yes_no=yes_no,
             checks=checks,
             hits=hits,
             backend=self.generator.name,
+            line=line,
         )
 
     def _silent(self, question: Question, hits: list[Hit], checks: list[Check]) -> Answer:

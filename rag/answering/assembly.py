@@ -11,10 +11,14 @@ nearest rule text stays shown under that line).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from rag.answering.quotes import citations_for
 from rag.prompting import phrases
 from rag.types import Answer, Check, Hit, Lang, Quote
+
+# The line above the rule text when no conclusion is shown: the name of its phrase.
+Line = Literal["read_the_rule", "read_the_rule_yes_no", "not_answered"]
 
 
 def _with_reminder(text: str, lang: Lang) -> str:
@@ -55,34 +59,29 @@ def quoted_answer(
     *,
     quotes: list[Quote],
     conclusion: str | None,
-    withheld: bool,
     checks: list[Check],
     hits: list[Hit],
     backend: str,
-    silent: bool = False,
-    yes_no: bool = False,
+    line: Line | None = None,
 ) -> Answer:
     """The answer resting on `quotes`: the conclusion when there is one to show, else
-    (`withheld`: one was wanted but failed a check) the read-the-rule line, or (`silent`)
-    that the rulebook does not seem to say, above the nearest rule text: an abstention that
-    still shows what it found, or (`yes_no`) that the rule below decides the yes or no."""
+    `line` above the rule text: `read_the_rule` (a conclusion was wanted but failed a
+    check), `read_the_rule_yes_no` (the rule decides a yes or no the model was not asked
+    for) or `not_answered` (the rulebook does not seem to say: an abstention that still
+    shows what it found)."""
     words = phrases(lang)
     parts = []
     if conclusion:
         parts.append(f"{words['heading_conclusion']}: {conclusion} {_markers(quotes)}")
-    elif silent:
-        parts.append(words["not_answered"])
-    elif yes_no:
-        parts.append(words["read_the_rule_yes_no"])
-    elif withheld:
-        parts.append(words["read_the_rule"])
+    elif line:
+        parts.append(words[line])
     parts.append(rule_text(quotes, lang))
     return Answer(
         question=question,
         game=game,
         lang=lang,
         answer=_with_reminder("\n\n".join(parts), lang),
-        abstained=silent,
+        abstained=line == "not_answered",
         citations=citations_for(quotes, hits),
         passages=hits,
         backend=backend,
