@@ -57,7 +57,7 @@ CHOICES: dict[str, Choice] = {
     "retrieval's first passage, 5 quotes": first_passage(5),
     **{
         f"one passage by its {summed} closest, {most} quotes": one_passage(most, summed)
-        for most in (3, 5)
+        for most in (3, 5, 7)
         for summed in (1, 2, 3)
     },
     **{
