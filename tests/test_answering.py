@@ -10,6 +10,7 @@ from rag.answering.assembly import rule_text
 from rag.answering.candidates import Sentence
 from rag.answering.checks import (
     answer_word_check,
+    bounds,
     language_check,
     negation_check,
     numbers_check,
@@ -249,6 +250,33 @@ def test_a_thing_counted_otherwise_than_in_every_quote_that_counts_it_fails() ->
     assert numbers_check("Roll both dice, then draw one card.", quotes).passed  # a card: one
     assert numbers_check("Roll one or two dice.", quotes).passed  # "one" counts no die here
     assert numbers_check("Roll one die per monster.", [quote("Draw a card.")]).passed
+
+
+def test_a_number_bounded_otherwise_than_in_the_quotes_fails() -> None:
+    quotes = [quote("As soon as you reduce the value on your Hunger die below 6, flip it back.")]
+    failed = numbers_check("Reduce your Hunger die to 6 or below.", quotes)
+    assert not failed.passed and "6 or below" in failed.detail
+    assert not numbers_check("Your Hunger die must be at least 6.", quotes).passed
+    assert numbers_check("Flip it back once your Hunger die is below 6.", quotes).passed
+    assert numbers_check("饥饿骰降到6以下时翻回。", quotes).passed  # 以下 is read either way
+    assert not numbers_check("饥饿骰不超过6时翻回。", quotes).passed
+    assert numbers_check("你不能有超过5张牌。", [quote("You can't have more than 5 cards.")]).passed
+
+
+def test_bounds_are_read_in_both_languages() -> None:
+    def read(text: str) -> list[tuple[int, str, bool | None]]:
+        return [(b.value, b.side, b.inclusive) for b in bounds(text)]
+
+    assert read("no more than 5 cards, at least one token") == [
+        (5, "below", True), (1, "above", True)
+    ]  # fmt: skip
+    assert read("two or more players; 3+ icons; fewer than ten") == [
+        (2, "above", True), (3, "above", True), (10, "below", False)
+    ]  # fmt: skip
+    assert read("不超过10个, 至少有一个, 5张或以上") == [
+        (10, "below", True), (1, "above", True), (5, "above", None)
+    ]  # fmt: skip
+    assert read("roll a D6 or more dice; 5+6=11; more than once") == []
 
 
 def test_numbers_are_read_in_every_form() -> None:

@@ -1,7 +1,8 @@
 """Checks that do not trust the model: a conclusion is shown only when it passes them all.
 
-- numbers: every number the conclusion states appears in its quotes, and a thing it counts
-  ("one die") is not counted otherwise by every quote that counts it ("the two Spawn dice");
+- numbers: every number the conclusion states appears in its quotes, a thing it counts
+  ("one die") is not counted otherwise by every quote that counts it ("the two Spawn dice"),
+  and a bound it puts on a number ("6 or below") is one a quote puts on it ("below 6");
 - negation: at least one conclusion sentence restates a quote (most of its words are the
   quote's, or its translation's), so a quote vouches for it; each sentence that restates
   one says "not" as often, modulo two, as the quote does ("you may … if you DO NOT have"
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from rag.lang import CJK_RE, detect_lang, sentence_spans, tokenize
@@ -138,6 +140,87 @@ def miscounted(text: str, sources: Sequence[str]) -> list[str]:
     ]
 
 
+# A bound on a number, by the words around it: "below 6" is (6, below, strict), "6 or more"
+# (6, above, inclusive). Chinese 以下 and 以上 are read either way, so they agree with both.
+_NUMBER = rf"(\d+|(?:{'|'.join(_EN_NUMBER_WORDS)})\b|{_ZH_NUMERAL.pattern})"
+Side = Literal["below", "above"]
+# Words before the number; a phrase comes before a shorter one it contains.
+_BOUND_BEFORE: tuple[tuple[str, Side, bool | None], ...] = (
+    (r"\bno (?:more|greater) than|\bnot (?:more|greater) than", "below", True),
+    (r"\bno (?:less|fewer) than|\bnot (?:less|fewer) than", "above", True),
+    (r"\b(?:less|fewer|lower) than|\bbelow|\bunder", "below", False),
+    (r"\bat most|\bup to|\bmaximum of", "below", True),
+    (r"\b(?:more|greater|higher) than|\bover|\babove|\bexceeds?", "above", False),
+    (r"\bat least|\bminimum of", "above", True),
+    (r"不超过|不多于|不高于|至多|最多", "below", True),
+    (r"不少于|不低于|至少|最少", "above", True),
+    (r"少于|低于|小于|不到|不足", "below", False),
+    (r"多于|超过|大于|高于", "above", False),
+)
+# Words after it, maybe past a word it counts: "6 cards or more", 6张或以上.
+_BOUND_AFTER: tuple[tuple[str, Side, bool | None], ...] = (
+    (r"(?:\s+[a-z]+)?\s+or (?:less|fewer|lower|below|under)\b", "below", True),
+    (r"(?:\s+[a-z]+)?\s+or (?:more|greater|higher|above)\b", "above", True),
+    (r"\+(?!\d)", "above", True),
+    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)(?:更少|更低|少)", "below", True),
+    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)(?:更多|更高|多)", "above", True),
+    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)?以下", "below", None),
+    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)?以上", "above", None),
+)
+_BOUNDS = [
+    (re.compile(rf"(?:{words})\s*有?\s*{_NUMBER}", re.IGNORECASE), side, inclusive)
+    for words, side, inclusive in _BOUND_BEFORE
+] + [
+    (re.compile(rf"(?<![A-Za-z\d.]){_NUMBER}{words}", re.IGNORECASE), side, inclusive)
+    for words, side, inclusive in _BOUND_AFTER
+]
+
+
+@dataclass(frozen=True)
+class Bound:
+    value: int
+    side: Side
+    inclusive: bool | None  # None: the words do not say (以下, 以上)
+    phrase: str
+
+    def agrees(self, other: Bound) -> bool:
+        return (
+            self.value == other.value
+            and self.side == other.side
+            and (None in (self.inclusive, other.inclusive) or self.inclusive == other.inclusive)
+        )
+
+
+def _number_value(word: str) -> int | None:
+    word = word.lower()
+    return int(word) if word.isdigit() else _EN_WORD_VALUE.get(word) or _zh_value(word)
+
+
+def bounds(text: str) -> list[Bound]:
+    """The bounds a text puts on numbers: "below 6", "at least one", "6 or more", 至少一个."""
+    text = MARKER.sub(" ", text)
+    matches = sorted(
+        ((match, side, inclusive) for pattern, side, inclusive in _BOUNDS
+         for match in pattern.finditer(text)),
+        key=lambda found: (found[0].start(), -found[0].end()),
+    )  # fmt: skip
+    found, taken = [], 0
+    for match, side, inclusive in matches:
+        value = _number_value(match[1])
+        # Overlaps are dropped: "no more than 5" holds "more than 5", which it is not.
+        if match.start() >= taken and value is not None:
+            found.append(Bound(value, side, inclusive, match[0].strip()))
+            taken = match.end()
+    return found
+
+
+def unbounded(text: str, sources: Sequence[str]) -> list[Bound]:
+    """Bounds in `text` that no source puts on the same number the same way: "to 6 or
+    below" where the rule says "below 6"."""
+    allowed = [bound for source in sources for bound in bounds(source)]
+    return [b for b in bounds(text) if not any(b.agrees(a) for a in allowed)]
+
+
 def numbers_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
     sources = [q.text for q in quotes]
     extra = unsupported_numbers(conclusion, sources)
@@ -149,6 +232,10 @@ def numbers_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
         return Check(
             "numbers", False, f"counts {', '.join(wrong)}, which the quotes count otherwise"
         )
+    loose = unbounded(conclusion, sources)
+    if loose:
+        said = ", ".join(repr(b.phrase) for b in loose)
+        return Check("numbers", False, f"says {said}, which no quote bounds that way")
     return Check("numbers", True)
 
 
