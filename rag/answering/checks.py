@@ -144,35 +144,40 @@ def miscounted(text: str, sources: Sequence[str]) -> list[str]:
 # (6, above, inclusive). Chinese 以下 and 以上 are read either way, so they agree with both.
 _NUMBER = rf"(\d+|(?:{'|'.join(_EN_NUMBER_WORDS)})\b|{_ZH_NUMERAL.pattern})"
 Side = Literal["below", "above"]
-# Words before the number; a phrase comes before a shorter one it contains.
-_BOUND_BEFORE: tuple[tuple[str, Side, bool | None], ...] = (
-    (r"\bno (?:more|greater) than|\bnot (?:more|greater) than", "below", True),
-    (r"\bno (?:less|fewer) than|\bnot (?:less|fewer) than", "above", True),
-    (r"\b(?:less|fewer|lower) than|\bbelow|\bunder", "below", False),
-    (r"\bat most|\bup to|\bmaximum of", "below", True),
-    (r"\b(?:more|greater|higher) than|\bover|\babove|\bexceeds?", "above", False),
-    (r"\bat least|\bminimum of", "above", True),
-    (r"不超过|不多于|不高于|至多|最多", "below", True),
-    (r"不少于|不低于|至少|最少", "above", True),
-    (r"少于|低于|小于|不到|不足", "below", False),
-    (r"多于|超过|大于|高于", "above", False),
-)
-# Words after it, maybe past a word it counts: "6 cards or more", 6张或以上.
-_BOUND_AFTER: tuple[tuple[str, Side, bool | None], ...] = (
-    (r"(?:\s+[a-z]+)?\s+or (?:less|fewer|lower|below|under)\b", "below", True),
-    (r"(?:\s+[a-z]+)?\s+or (?:more|greater|higher|above)\b", "above", True),
-    (r"\+(?!\d)", "above", True),
-    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)(?:更少|更低|少)", "below", True),
-    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)(?:更多|更高|多)", "above", True),
-    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)?以下", "below", None),
-    (r"\s*[个张点名次枚块格颗轮位回]?\s*(?:或|及)?以上", "above", None),
+_COUNTED = r"\s*[个张点名次枚块格颗轮位回]?\s*"  # a measure word between: 6张或以上
+# Words before the number (a phrase before a shorter one it contains), then words after it,
+# maybe past a word it counts ("6 cards or more").
+_BOUND_WORDS: tuple[tuple[Literal["before", "after"], str, Side, bool | None], ...] = (
+    ("before", r"\bno (?:more|greater) than|\bnot (?:more|greater) than", "below", True),
+    ("before", r"\bno (?:less|fewer) than|\bnot (?:less|fewer) than", "above", True),
+    ("before", r"\b(?:less|fewer|lower) than|\bbelow|\bunder", "below", False),
+    ("before", r"\bat most|\bup to|\bmaximum of", "below", True),
+    ("before", r"\b(?:more|greater|higher) than|\bover|\babove|\bexceeds?", "above", False),
+    ("before", r"\bat least|\bminimum of", "above", True),
+    ("before", r"不超过|不多于|不高于|至多|最多", "below", True),
+    ("before", r"不少于|不低于|至少|最少", "above", True),
+    ("before", r"少于|低于|小于|不到|不足", "below", False),
+    ("before", r"多于|超过|大于|高于", "above", False),
+    ("after", r"(?:\s+[a-z]+)?\s+or (?:less|fewer|lower|below|under)\b", "below", True),
+    ("after", r"(?:\s+[a-z]+)?\s+or (?:more|greater|higher|above)\b", "above", True),
+    ("after", r"\+(?!\d)", "above", True),
+    ("after", rf"{_COUNTED}(?:或|及)(?:更少|更低|少)", "below", True),
+    ("after", rf"{_COUNTED}(?:或|及)(?:更多|更高|多)", "above", True),
+    ("after", rf"{_COUNTED}(?:或|及)?以下", "below", None),
+    ("after", rf"{_COUNTED}(?:或|及)?以上", "above", None),
 )
 _BOUNDS = [
-    (re.compile(rf"(?:{words})\s*有?\s*{_NUMBER}", re.IGNORECASE), side, inclusive)
-    for words, side, inclusive in _BOUND_BEFORE
-] + [
-    (re.compile(rf"(?<![A-Za-z\d.]){_NUMBER}{words}", re.IGNORECASE), side, inclusive)
-    for words, side, inclusive in _BOUND_AFTER
+    (
+        re.compile(
+            rf"(?:{words})\s*有?\s*{_NUMBER}"
+            if position == "before"
+            else rf"(?<![A-Za-z\d.]){_NUMBER}{words}",
+            re.IGNORECASE,
+        ),
+        side,
+        inclusive,
+    )
+    for position, words, side, inclusive in _BOUND_WORDS
 ]
 
 
