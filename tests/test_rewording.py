@@ -60,13 +60,33 @@ def test_a_negative_closest_rule_keeps_the_question(rule: str) -> None:
     [
         "If you enter a tile and DO NOT have any monster cards attached, you may attempt one.",
         "Test: Perform a Stealth test, then resolve the Success or Fail text.",
+        "A player can decide not to attempt a stealth test: they draw a monster card instead.",
+        "玩家可以选择不进行潜行判定。",
         "如果你身上没有怪物卡，可以进行潜行判定。",
     ],
 )
 def test_a_positive_closest_rule_rewords(rule: str) -> None:
-    """A negation inside the rule's leading condition is not the rule's own."""
+    """A negation inside the rule's leading condition is not the rule's own, nor is a
+    choice not to act."""
     reworded = both_sides("when can't I do a stealth test?", "en", rule)
     assert reworded == "when can I do a stealth test, and when not?"
+
+
+def test_the_closest_rule_decides_the_rewording_not_the_first_quote() -> None:
+    """Quotes come in reading order; the sentence closest to the question is named apart."""
+    first = Quote(1, "g:1", "g", "G › Ability", None, "You may use the ABILITY at will.")
+    closest = "The Hero becomes TIRED and can't use the Ability until he/she RESTS."
+    second = Quote(2, "g:1", "g", "G › Ability", None, closest)
+    question = "When can't my Hero use their Ability?"
+    kept = conclusion_prompt(question, "en", [first, second], game_title="G", closest_rule=closest)
+    assert f"<<<{question}>>>" in kept.messages[-1]["content"]
+    positive = conclusion_prompt(
+        question, "en", [first, second], game_title="G", closest_rule=first.text
+    )
+    assert (
+        "<<<When can my Hero use their Ability, and when not?>>>"
+        in positive.messages[-1]["content"]
+    )
 
 
 def test_the_model_reads_the_reworded_question_but_the_prompt_keeps_the_asked_one() -> None:

@@ -125,6 +125,7 @@ class Answerer:
                     basis,
                     game_title=question.game.title,
                     earlier_question=question.earlier,
+                    closest_rule=deciding[0].text,
                 )
                 for text in stream_conclusion(self.generator.stream(prompt), reply):
                     yield StreamEvent("token", text=text)

@@ -41,7 +41,11 @@ def conclusion_prompt(
     *,
     game_title: str,
     earlier_question: str | None = None,
+    closest_rule: str | None = None,
 ) -> Prompt:
+    """The conclusion's prompt over `quotes` (in the order shown, i.e. reading order);
+    `closest_rule` is the sentence closest to the question, which decides whether a
+    negated when-question is asked both ways round (see rewording)."""
     words = phrases(lang)
     yes_no = asks_yes_or_no(question, lang)
     reply = words["reply_yes_no" if yes_no else "reply_plain"]
@@ -50,13 +54,12 @@ def conclusion_prompt(
         f"{i}. ({q.label}) {q.text}" + (f"\n   ({q.translation})" if q.translation else "")
         for i, q in enumerate(quotes, start=1)
     )
-    closest = quotes[0].text if quotes else None
     user = render(
         "conclude.txt",
         game_title=game_title,
         rule_text=rule_text,
         context=context_line(lang, earlier_question),
-        question=both_sides(question, lang, closest).strip(),
+        question=both_sides(question, lang, closest_rule).strip(),
         task=task,
     )
     return Prompt(

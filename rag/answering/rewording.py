@@ -64,8 +64,16 @@ _LEADING_CONDITION = re.compile(
 )
 
 
+# A choice not to act ("A player can decide not to attempt a stealth test") is an option the
+# rule gives, not a case in which the thing cannot be done.
+_CHOICE_NOT_TO = re.compile(
+    r"\b(?:decides?|chooses?|opts?|elects?|prefers?)\s+not\s+to\b|选择不|决定不", re.IGNORECASE
+)
+
+
 def _is_negative(rule: str) -> bool:
-    return bool(_NEGATION.search(_LEADING_CONDITION.sub("", rule.replace("\u2019", "'"))))
+    rule = _CHOICE_NOT_TO.sub(" ", _LEADING_CONDITION.sub("", rule.replace("\u2019", "'")))
+    return bool(_NEGATION.search(rule))
 
 
 def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> str:
