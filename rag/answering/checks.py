@@ -197,8 +197,9 @@ class Bound:
 
 
 def _number_value(word: str) -> int | None:
-    word = word.lower()
-    return int(word) if word.isdigit() else _EN_WORD_VALUE.get(word) or _zh_value(word)
+    """What `_NUMBER` captured: digits or an English number word, else a Chinese numeral."""
+    value = _count_value(word.lower(), articles=False)
+    return value if value is not None else _zh_value(word)
 
 
 def bounds(text: str) -> list[Bound]:
