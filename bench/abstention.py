@@ -26,9 +26,10 @@ import numpy as np
 from eval import DEFAULT_GOLD
 from eval.runner import GoldItem, gold_set_parser, load_gold
 from rag.answering.candidates import Sentence
-from rag.answering.quotes import deciding_sentences
+from rag.answering.quotes import deciding_sentences, passage_choice
 from rag.answering.selection import numbered
 from rag.generation import make_llama_generator
+from rag.lang import detect_lang
 from rag.pipeline import Pipeline
 from rag.prompting import fill, system_message
 from rag.settings import load_settings
@@ -82,7 +83,8 @@ def judge_prompt(pipeline: Pipeline, template: str, item: GoldItem) -> tuple[str
     generation = pipeline.settings.generation
     game, hits = pipeline.retrieve(item.question, item.game)
     ranked = pipeline.answerer.candidates.rank(item.question, hits[: generation.passages])
-    deciding = deciding_sentences(ranked, generation.quotes)
+    choice = passage_choice(item.question, detect_lang(item.question))
+    deciding = deciding_sentences(ranked, generation.quotes, choice)
     content = fill(
         template, "judge", game_title=game.title,
         sentences=numbered(deciding), question=item.question,

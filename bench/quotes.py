@@ -25,47 +25,64 @@ from eval import DEFAULT_GOLD
 from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
-from rag.answering.quotes import deciding_sentences, make_quotes
+from rag.answering.quotes import PassageChoice, deciding_sentences, make_quotes, passage_choice
 from rag.lang import detect_lang
 from rag.metrics import facts_covered, ratio, supported_citations
 from rag.pipeline import Pipeline
 from rag.settings import load_settings
 from rag.types import Hit, Lang
 
-Choice = Callable[[Sequence[Sentence]], list[Sentence]]
+# A way of choosing: the quoted sentences for a question (in its language) from its ranked
+# candidate sentences.
+Choice = Callable[[str, Lang, Sequence[Sentence]], list[Sentence]]
 
 
 def closest_of_all(most: int) -> Choice:
     """The closest sentences of all passages (the quote layer before session 6)."""
-    return lambda ranked: list(ranked[:most])
+    return lambda question, lang, ranked: list(ranked[:most])
 
 
-def one_passage(most: int, summed: int, penalty: float = 0.0) -> Choice:
-    """The closest sentences of the passage whose `summed` closest sentences add up highest,
-    each less `penalty` per place the passage stands below retrieval's first."""
-    return lambda ranked: deciding_sentences(ranked, most, summed, penalty)
+def one_passage(most: int, choice: PassageChoice) -> Choice:
+    """The closest sentences of the passage that answers best by `choice`."""
+    return lambda question, lang, ranked: deciding_sentences(ranked, most, choice)
+
+
+def by_question_shape(most: int) -> Choice:
+    """The closest sentences of the passage chosen as answers choose (`passage_choice`)."""
+    return lambda question, lang, ranked: deciding_sentences(
+        ranked, most, passage_choice(question, lang)
+    )
 
 
 def first_passage(most: int) -> Choice:
     """The closest sentences of the passage retrieval ranked first."""
-    return lambda ranked: [s for s in ranked if s.passage == 0][:most]
+    return lambda question, lang, ranked: [s for s in ranked if s.passage == 0][:most]
 
+
+# (passage_weight, lexical_weight, rank_penalty) around the default's.
+WEIGHTS = [(0, 0, 0.04), (0.5, 0, 0), (0.5, 0, 0.04), (0.5, 0.1, 0.04), (0.25, 0.1, 0.04),
+           (1.0, 0.1, 0.04), (0.5, 0.1, 0.02)]  # fmt: skip
 
 CHOICES: dict[str, Choice] = {
     "closest 3 of all passages": closest_of_all(3),
     "closest 5 of all passages": closest_of_all(5),
     "retrieval's first passage, 5 quotes": first_passage(5),
     **{
-        f"one passage by its {summed} closest, {most} quotes": one_passage(most, summed)
-        for most in (3, 5, 7)
+        f"one passage by its {summed} closest, {most} quotes": one_passage(
+            most, PassageChoice(summed=summed)
+        )
+        for most in (5, 7)
         for summed in (1, 2, 3)
     },
     **{
-        f"one passage by its 2 closest less {penalty} a place, 5 quotes": (
-            one_passage(5, 2, penalty)
+        f"by 2 closest + {w} x passage, {lex} x keywords, less {p} a place, 7 quotes": (
+            one_passage(7, PassageChoice(passage_weight=w, lexical_weight=lex, rank_penalty=p))
         )
-        for penalty in (0.02, 0.04, 0.08)
+        for w, lex, p in WEIGHTS
     },
+    "as answers choose (by sentences alone for when-not questions), 7 quotes": (
+        by_question_shape(7)
+    ),
 }
 
 
@@ -88,7 +105,7 @@ def _score(rows: list[Row], choice: Choice, gate: float) -> dict[str, Any]:
         if not ranked or ranked[0].score < gate:
             facts += [False] * len(item.key_facts)
             continue
-        quotes, _ = make_quotes(choice(ranked))
+        quotes, _ = make_quotes(choice(item.question, lang, ranked))
         answer = quoted_answer(
             item.question, slug, lang, quotes=quotes, conclusion=None,
             checks=[], hits=hits, backend="bench",

@@ -1,10 +1,20 @@
+from dataclasses import replace
+
+import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
 from rag.answering.candidates import CandidateSelector, Sentence
-from rag.answering.quotes import deciding_sentences
+from rag.answering.quotes import (
+    BY_SENTENCES,
+    BY_SENTENCES_AND_PASSAGE,
+    PassageChoice,
+    deciding_sentences,
+    passage_choice,
+)
 from rag.pipeline import Pipeline
 from rag.searching.sentences import SentenceVectors
 from rag.settings import Settings
+from rag.types import Lang
 
 HITS = make_hits(
     "Setup is quick. Each player draws four cards. The hand limit is ten cards. "
@@ -50,28 +60,64 @@ def _sentence(passage: int, position: int, score: float) -> Sentence:
     return Sentence(hit, passage, position, f"sentence {position} of {hit.chunk.id}", score)
 
 
-def test_quotes_come_from_the_passage_whose_two_closest_sentences_are_closest() -> None:
+def test_by_sentences_quotes_come_from_the_passage_whose_two_closest_are_closest() -> None:
     ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(1, 1, 0.40),
               _sentence(0, 0, 0.50), _sentence(1, 2, 0.30)]  # fmt: skip
     # passage 0: 0.65 + 0.50 beats passage 1: 0.70 + 0.40
-    chosen = deciding_sentences(ranked, most=5)
+    chosen = deciding_sentences(ranked, 5, BY_SENTENCES)
     assert [(s.passage, s.position) for s in chosen] == [(0, 2), (0, 0)]
-    assert [s.passage for s in deciding_sentences(ranked, most=5, summed=1)] == [1, 1, 1]
-    assert len(deciding_sentences(ranked, most=2, summed=1)) == 2
+    by_closest = PassageChoice(summed=1)
+    assert [s.passage for s in deciding_sentences(ranked, 5, by_closest)] == [1, 1, 1]
+    assert len(deciding_sentences(ranked, 2, by_closest)) == 2
 
 
 def test_with_a_rank_penalty_a_passage_ranked_lower_must_be_closer_by_more() -> None:
     first = [_sentence(0, 0, 0.60), _sentence(0, 1, 0.50)]
-    second = [_sentence(1, 0, 0.62), _sentence(1, 1, 0.52)]  # 0.04 closer, one place lower
-    assert {s.passage for s in deciding_sentences([*second, *first], 5, rank_penalty=0.03)} == {0}
-    assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {1}
+    second = [_sentence(1, 0, 0.62), _sentence(1, 1, 0.52)]  # 0.04 closer, a place lower
+    penalised = PassageChoice(rank_penalty=0.05)
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, penalised)} == {0}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
 
 
 def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
     glossary = [_sentence(0, 0, 0.54)]  # an entry echoing the question's words
     rule = [_sentence(1, 0, 0.49), _sentence(1, 1, 0.45)]
-    assert {s.passage for s in deciding_sentences([*glossary, *rule], 5)} == {1}
+    assert {s.passage for s in deciding_sentences([*glossary, *rule], 5, BY_SENTENCES)} == {1}
     assert deciding_sentences([], 5) == []
+
+
+def _scored(passage: int, dense: float, lexical: float | None, *scores: float) -> list[Sentence]:
+    hit = replace(HITS[passage], dense_score=dense, lexical_score=lexical)
+    return [Sentence(hit, passage, i, f"sentence {i}", score) for i, score in enumerate(scores)]
+
+
+def test_by_default_the_passage_as_a_whole_and_its_keywords_count_too() -> None:
+    # passage 1's sentences are 0.03 closer, but passage 0 is closer as a whole (retrieval's
+    # dense score), matches more of the question's words and ranks first.
+    first = _scored(0, 0.60, 8.0, 0.50, 0.45)
+    second = _scored(1, 0.45, 4.0, 0.52, 0.46)
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {0}
+    # Without keyword scores (a question in another language than the rulebook's) the
+    # passage's similarity and place still count, and nothing is divided by zero.
+    first, second = _scored(0, 0.60, None, 0.50, 0.45), _scored(1, 0.45, None, 0.52, 0.46)
+    assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {0}
+
+
+@pytest.mark.parametrize(
+    ("question", "lang", "choice"),
+    [
+        ("when can't I do a stealth test?", "en", BY_SENTENCES),
+        ("什么时候不能进行潜行判定？", "zh", BY_SENTENCES),
+        ("when can I do a stealth test?", "en", BY_SENTENCES_AND_PASSAGE),
+        ("can I skip the stealth test?", "en", BY_SENTENCES_AND_PASSAGE),
+        ("什么时候进行潜行判定？", "zh", BY_SENTENCES_AND_PASSAGE),
+    ],
+)
+def test_a_when_not_question_chooses_its_passage_by_the_sentences_alone(
+    question: str, lang: Lang, choice: PassageChoice
+) -> None:
+    assert passage_choice(question, lang) == choice
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:

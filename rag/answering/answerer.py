@@ -28,7 +28,7 @@ from rag.answering.checks import (
     strip_markers,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
-from rag.answering.quotes import deciding_sentences, make_quotes
+from rag.answering.quotes import deciding_sentences, make_quotes, passage_choice
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import RenderingStore, Translator
@@ -86,7 +86,9 @@ class Answerer:
             )
             yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
             return
-        deciding = deciding_sentences(ranked, self.settings.quotes)
+        deciding = deciding_sentences(
+            ranked, self.settings.quotes, passage_choice(question.text, question.lang)
+        )
         quotes, quote_check = make_quotes(deciding)
         if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))

@@ -13,45 +13,74 @@ sentences share its number and keep their reading order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rag.answering.candidates import Sentence
-from rag.types import Check, Citation, Hit, Quote
+from rag.answering.rewording import asks_when_not
+from rag.types import Check, Citation, Hit, Lang, Quote
 
-# A passage answers by its two closest sentences together: a rule is usually a condition
-# and what follows from it, so a one-line glossary entry that merely echoes the question's
-# words ("Test: Perform a Stealth test …") does not outrank the section that states it.
-SENTENCES_SUMMED = 2
+
+@dataclass(frozen=True)
+class PassageChoice:
+    """How the passage that answers best is chosen: by its `summed` closest sentences'
+    similarities added up (a passage of fewer sentences adds fewer), plus `passage_weight`
+    times the passage's own similarity with the question (retrieval's dense score) and
+    `lexical_weight` times its keyword score relative to the best hit's, less `rank_penalty`
+    per place it stands below retrieval's first.
+
+    Two sentences, not one: a rule is usually a condition and what follows from it, so a
+    one-line glossary entry that merely echoes the question's words ("Test: Perform a
+    Stealth test …") does not outrank the section that states it."""
+
+    summed: int = 2
+    passage_weight: float = 0.0
+    lexical_weight: float = 0.0
+    rank_penalty: float = 0.0
+
+    def score(self, own: Sequence[Sentence], best_lexical: float) -> float:
+        hit = own[0].hit
+        lexical = (hit.lexical_score or 0.0) / best_lexical if best_lexical > 0 else 0.0
+        return (
+            sum(s.score for s in own[: self.summed])
+            + self.passage_weight * (hit.dense_score or 0.0)
+            + self.lexical_weight * lexical
+            - self.rank_penalty * own[0].passage
+        )
 
 
 def is_verbatim(text: str, hit: Hit) -> bool:
     return bool(text.strip()) and text in hit.chunk.text
 
 
-def deciding_sentences(
-    ranked: Sequence[Sentence],
-    most: int,
-    summed: int = SENTENCES_SUMMED,
-    rank_penalty: float = 0.0,
-) -> list[Sentence]:
-    """The closest `most` sentences (best first) of the passage that answers best: the one
-    whose `summed` closest sentences have the highest similarities added up (a passage of
-    fewer sentences adds fewer), each less `rank_penalty` per place its passage stands below
-    retrieval's first.
+BY_SENTENCES = PassageChoice()
+# The sentences, and the passage as a whole and its place in retrieval's order: on every
+# gold set the passage holding the evidence was quoted as often or more often than by the
+# sentences alone (gold 0.77 -> 0.83, held-out probe 0.83 -> 0.94; a plateau of weights
+# around these: bench/quotes.py, eval/RESULTS.md session 14).
+BY_SENTENCES_AND_PASSAGE = PassageChoice(passage_weight=0.5, lexical_weight=0.1, rank_penalty=0.04)
 
-    No penalty by default: 0.04 a place quoted the passage holding the evidence more often
-    on every gold set (0.77 to 0.81 on gold, 0.83 to 0.94 held out), but it moved both
-    stealth questions ("when can't I do a stealth test?", in English and Chinese) off the
-    rule that decides them, onto the Stealth test section retrieval ranks above it
-    (eval/RESULTS.md, session 10)."""
+
+def passage_choice(question: str, lang: Lang) -> PassageChoice:
+    """By the sentences alone for a question asking when something can't be done: the
+    condition on a thing is stated where the situation arises ("If you enter a tile … and DO
+    NOT have any monster cards attached to you, you may attempt a stealth test"), not in the
+    thing's own section, which the passage as a whole and retrieval's order favour (it
+    quoted the Stealth test section for "when can't I do a stealth test?")."""
+    return BY_SENTENCES if asks_when_not(question, lang) else BY_SENTENCES_AND_PASSAGE
+
+
+def deciding_sentences(
+    ranked: Sequence[Sentence], most: int, choice: PassageChoice = BY_SENTENCES_AND_PASSAGE
+) -> list[Sentence]:
+    """The closest `most` sentences (best first) of the passage that answers best by
+    `choice`."""
     by_passage: dict[str, list[Sentence]] = {}
     for sentence in ranked:  # best first, so each passage's list is too
         by_passage.setdefault(sentence.hit.chunk.id, []).append(sentence)
     if not by_passage:
         return []
-    best = max(
-        by_passage.values(),
-        key=lambda own: sum(s.score - rank_penalty * s.passage for s in own[:summed]),
-    )
+    best_lexical = max((own[0].hit.lexical_score or 0.0) for own in by_passage.values())
+    best = max(by_passage.values(), key=lambda own: choice.score(own, best_lexical))
     return best[:most]
 
 

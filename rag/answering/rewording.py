@@ -76,24 +76,34 @@ def _is_negative(rule: str) -> bool:
     return bool(_NEGATION.search(rule))
 
 
+def _when_not(question: str, lang: Lang) -> re.Match[str] | None:
+    text = question.strip().replace("\u2019", "'")
+    return (_ZH_QUESTION if lang == "zh" else _EN_QUESTION).match(text)
+
+
+def asks_when_not(question: str, lang: Lang) -> bool:
+    """Whether the question asks only the "not" side as a when/where question ("when can't I
+    do a stealth test?", 什么时候不能进行潜行判定？)."""
+    return _when_not(question, lang) is not None
+
+
 def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> str:
     """The question asking when something is allowed and when not, if it asks only the
     "not" side as a when/where question and `closest_rule` (the rulebook sentence closest
     to it, if known) is not itself negative; otherwise the question unchanged."""
-    text = question.strip().replace("\u2019", "'")
     if closest_rule is not None and _is_negative(closest_rule):
         return question
-    if lang == "zh":
-        zh = _ZH_QUESTION.match(text)
-        if zh:
-            positive = _ZH_POSITIVE[zh["neg"]]
-            return f"{zh['lead']}{zh['subject']}{positive}{zh['rest']}，{zh['wh']}{zh['neg']}？"
+    match = _when_not(question, lang)
+    if match is None:
         return question
-    en = _EN_QUESTION.match(text)
-    if en:
-        positive = _EN_POSITIVE[en["neg"].lower()]
-        return f"{en['lead']}{positive} {en['rest']}, and {en['wh'].lower()} not?"
-    return question
+    if lang == "zh":
+        positive = _ZH_POSITIVE[match["neg"]]
+        return (
+            f"{match['lead']}{match['subject']}{positive}{match['rest']}，"
+            f"{match['wh']}{match['neg']}？"
+        )
+    positive = _EN_POSITIVE[match["neg"].lower()]
+    return f"{match['lead']}{positive} {match['rest']}, and {match['wh'].lower()} not?"
 
 
 # A yes/no question's last clause opens with an auxiliary ("If the Dog dies, can I keep
