@@ -5,8 +5,8 @@ and a faithful rendering sits beside it, so the player can check both; the concl
 then written from the quotes and their renderings. One sentence per model call: a small
 model translates a single sentence well, and mangles several at once (given three rule
 sentences and a question in one reply, the 1.5B model copied the question as each
-"translation"). A rendering that states a number its quote does not, or says "not" an odd
-number of times more or less, is not shown.
+"translation"). A rendering that states a number its quote does not, says "not" an odd
+number of times more or less, or is not in the asker's language, is not shown.
 
 Renderings are kept per sentence, so a sentence quoted again is not translated again: for
 the life of the process, and on disk in the Rulekeeper home when a store is given, where
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rag.answering.checks import faithful
 from rag.generation import Generator
+from rag.lang import detect_lang
 from rag.prompting import Prompt, fill, phrases, reply_text, system_message
 from rag.types import LANGS, Check, Lang, Quote
 
@@ -158,10 +159,17 @@ class Translator:
         dropped: list[str] = []
         for quote in quotes:
             rendered = self.render(quote.text, lang)
-            if rendered and faithful(rendered, quote.text):
+            # A "rendering" still in the rulebook's language (the 1.5B model sometimes copies
+            # a sentence, or a component line, as it is) is no rendering for the asker.
+            if rendered and detect_lang(rendered) == lang and faithful(rendered, quote.text):
                 shown.append(replace(quote, translation=rendered))
             else:
                 shown.append(quote)
                 dropped.append(str(quote.n))
-        detail = f"not faithful to quote(s) {', '.join(dropped)}, not shown" if dropped else ""
+        detail = (
+            f"not faithful to quote(s) {', '.join(dropped)} or not in the question's language, "
+            "not shown"
+            if dropped
+            else ""
+        )
         return shown, Check("translation", not dropped, detail)
