@@ -1,9 +1,12 @@
 """Validate the gold Q&A evaluation set (eval/gold/gold.jsonl).
 
-Needs only the standard library and rag.metrics (the eval's own right-way-round check).
-Usage:
+Needs the standard library and rag.metrics (the eval's own right-way-round check), and for
+PDF rulebooks the PDF reader `rules add` uses. Usage:
 
     python3 eval/validate_gold.py [--gold eval/gold/gold.jsonl] [--corpus corpus]
+
+Books added with `rules add` are validated against their home's books folder, e.g.
+`--gold eval/gold/real-rulebooks.jsonl --corpus $RULEKEEPER_HOME/books`.
 
 Prints every problem found plus a summary, and exits 1 if there is any problem.
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rag.errors import IngestError
 from rag.metrics import PROBE_FIELDS, way_round_problems
 from rag.types import Lang
 
@@ -67,8 +71,19 @@ class Game:
     text: str = ""  # normalised rulebook text
 
 
+def rulebook_text(path: Path) -> str:
+    """A rulebook's text: a PDF (a book added with `rules add`) read as `rules add` reads it,
+    one paragraph a line (headings without their '#'), anything else as UTF-8 text."""
+    if path.suffix.casefold() != ".pdf":
+        return path.read_text(encoding="utf-8")
+    from rag.reading.pdf import read_pdf
+
+    return "\n".join(line.lstrip("#").strip() for page in read_pdf(path) for line in page)
+
+
 def load_corpus(corpus_dir: Path) -> tuple[dict[str, Game], list[str]]:
-    """Read every corpus/<slug>/manifest.toml and its rulebook."""
+    """Read every <slug>/manifest.toml under `corpus_dir` (the built-in corpus, or the books
+    folder of a Rulekeeper home) and its rulebook."""
     games: dict[str, Game] = {}
     problems: list[str] = []
     for manifest_path in sorted(corpus_dir.glob("*/manifest.toml")):
@@ -82,8 +97,8 @@ def load_corpus(corpus_dir: Path) -> tuple[dict[str, Game], list[str]]:
         names.update(str(a) for a in manifest.get("aliases", []))
         rulebook = manifest_path.parent / str(manifest.get("file", "rulebook.txt"))
         try:
-            text = norm(rulebook.read_text(encoding="utf-8"))
-        except OSError as exc:
+            text = norm(rulebook_text(rulebook))
+        except (OSError, IngestError) as exc:
             problems.append(f"{rulebook}: cannot read rulebook: {exc}")
             text = ""
         games[slug] = Game(slug, {n.casefold() for n in names if n}, text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -110,6 +111,38 @@ def test_hyphenated_line_ends_are_joined(tmp_path: Path) -> None:
     assert _body(read_pdf(_pdf(tmp_path / "hyphen.pdf", page))) == [
         "Each player draws a card and then discovers what the top card of the deck is."
     ]
+
+
+def test_gold_evidence_is_checked_against_a_pdf_book(tmp_path: Path) -> None:
+    """A gold file about a book added with `rules add` is validated against the home's books
+    folder: the PDF read as `rules add` reads it (a hyphenated line end joined)."""
+    from eval.validate_gold import validate_gold
+
+    def page(canvas: Canvas) -> None:
+        _lines(
+            canvas,
+            60,
+            100,
+            ["Each player draws a card and then discov-", "ers what the top card of the deck is."],
+        )
+
+    book = tmp_path / "books" / "hyphen-game"
+    book.mkdir(parents=True)
+    _pdf(book / "rulebook.pdf", page)
+    (book / "manifest.toml").write_text(
+        'title = "Hyphen Game"\nslug = "hyphen-game"\nfile = "rulebook.pdf"\n', encoding="utf-8"
+    )
+    item = {
+        "id": "draw-en", "game": "Hyphen Game", "question": "what do I draw?", "lang": "en",
+        "answerable": True, "answer": "A card.", "key_facts": [["card"]], "type": "lookup",
+    }  # fmt: skip
+    gold = tmp_path / "gold.jsonl"
+    found = {**item, "evidence": ["then discovers what the top card"]}
+    missing = {**item, "id": "peek-en", "evidence": ["then peeks at the bottom card"]}
+    gold.write_text("\n".join(json.dumps(i) for i in (found, missing)) + "\n", encoding="utf-8")
+    problems = validate_gold(gold, tmp_path / "books")
+    assert problems == ["line 2 (peek-en): evidence not found in rulebook of hyphen-game: "
+                        "'then peeks at the bottom card'"]  # fmt: skip
 
 
 def test_drop_capital_is_rejoined_to_its_word(tmp_path: Path) -> None:
