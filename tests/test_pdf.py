@@ -99,16 +99,17 @@ def test_running_headers_and_page_numbers_are_dropped(tmp_path: Path) -> None:
     assert pages == [[f"Rules text of page {n} sits in the middle of it."] for n in (1, 2, 3)]
 
 
-def test_hyphenated_line_ends_are_joined(tmp_path: Path) -> None:
-    def page(canvas: Canvas) -> None:
-        _lines(
-            canvas,
-            60,
-            100,
-            ["Each player draws a card and then discov-", "ers what the top card of the deck is."],
-        )
+def _hyphenated(canvas: Canvas) -> None:
+    _lines(
+        canvas,
+        60,
+        100,
+        ["Each player draws a card and then discov-", "ers what the top card of the deck is."],
+    )
 
-    assert _body(read_pdf(_pdf(tmp_path / "hyphen.pdf", page))) == [
+
+def test_hyphenated_line_ends_are_joined(tmp_path: Path) -> None:
+    assert _body(read_pdf(_pdf(tmp_path / "hyphen.pdf", _hyphenated))) == [
         "Each player draws a card and then discovers what the top card of the deck is."
     ]
 
@@ -118,17 +119,9 @@ def test_gold_evidence_is_checked_against_a_pdf_book(tmp_path: Path) -> None:
     folder: the PDF read as `rules add` reads it (a hyphenated line end joined)."""
     from eval.validate_gold import validate_gold
 
-    def page(canvas: Canvas) -> None:
-        _lines(
-            canvas,
-            60,
-            100,
-            ["Each player draws a card and then discov-", "ers what the top card of the deck is."],
-        )
-
     book = tmp_path / "books" / "hyphen-game"
     book.mkdir(parents=True)
-    _pdf(book / "rulebook.pdf", page)
+    _pdf(book / "rulebook.pdf", _hyphenated)
     (book / "manifest.toml").write_text(
         'title = "Hyphen Game"\nslug = "hyphen-game"\nfile = "rulebook.pdf"\n', encoding="utf-8"
     )
