@@ -467,13 +467,14 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         [quote("Your hand limit is ten cards."), quote("Draw two cards.", n=2)], "zh"
     )
     assert quotes[0].translation is None and quotes[1].translation is None
-    assert not check.passed and "1, 2" in check.detail  # 12 is not 10; two is not ten
+    assert not check.passed and "not faithful: quote(s) 1, 2" in check.detail  # 12, two: not 10
 
     # A reply that copies the rule in English is no rendering for a Chinese question.
     copied = "Sherlock's team wins the game if they defuse the bomb."
     translator = Translator(ScriptedGenerator(conclusions=[copied]))
     shown, check = translator.translate([quote(copied)], "zh")
     assert shown[0].translation is None and not check.passed
+    assert check.detail.startswith("not in the question's language: quote(s) 1")
 
     condition = "If you ever have 10 cards and draw a card, you draw and then discard a card."
     lost = "你每次抽一张牌，然后弃一张牌。"  # the condition's 10 left out

@@ -121,6 +121,18 @@ class RenderingStore:
         return offset
 
 
+def _not_shown_because(rendered: str, quote: str, lang: Lang) -> str | None:
+    """Why a rendering of `quote` is not shown (None: it is)."""
+    if not rendered:
+        return "no rendering"
+    # The 1.5B model sometimes copies a sentence, or a component line, as it is.
+    if detect_lang(rendered) != lang:
+        return "not in the question's language"
+    if not faithful(rendered, quote):
+        return "not faithful"
+    return None
+
+
 class Translator:
     """Renders rulebook sentences with the LLM, each once: kept in `store` (on disk, for
     every process) when one is given, else for this process."""
@@ -154,22 +166,18 @@ class Translator:
         return rendered
 
     def translate(self, quotes: Sequence[Quote], lang: Lang) -> tuple[list[Quote], Check]:
-        """The quotes with the renderings that are faithful to them."""
+        """The quotes with the renderings that can be shown: in the asker's language and
+        faithful to them."""
         shown: list[Quote] = []
-        dropped: list[str] = []
+        dropped: dict[str, list[str]] = {}  # why a rendering is not shown -> its quotes
         for quote in quotes:
             rendered = self.render(quote.text, lang)
-            # A "rendering" still in the rulebook's language (the 1.5B model sometimes copies
-            # a sentence, or a component line, as it is) is no rendering for the asker.
-            if rendered and detect_lang(rendered) == lang and faithful(rendered, quote.text):
+            why = _not_shown_because(rendered, quote.text, lang)
+            if why is None:
                 shown.append(replace(quote, translation=rendered))
             else:
                 shown.append(quote)
-                dropped.append(str(quote.n))
-        detail = (
-            f"not faithful to quote(s) {', '.join(dropped)} or not in the question's language, "
-            "not shown"
-            if dropped
-            else ""
-        )
+                dropped.setdefault(why, []).append(str(quote.n))
+        detail = "; ".join(f"{why}: quote(s) {', '.join(ns)}" for why, ns in dropped.items())
+        detail += " (those renderings are not shown)" if dropped else ""
         return shown, Check("translation", not dropped, detail)
