@@ -14,6 +14,7 @@ from rag.answering.checks import (
     language_check,
     negation_check,
     numbers_check,
+    quantity_check,
     stated_numbers,
     strip_markers,
 )
@@ -234,6 +235,22 @@ def test_the_yes_or_no_must_agree_with_the_claim_after_it() -> None:
     assert unrelated.passed and unrelated.detail == "not judged"
 
 
+def test_a_how_many_question_is_answered_with_a_number() -> None:
+    question = "how many wire cards does everyone get at the start?"
+    other = "At the start, each player receives the same number of Wire cards as players."
+    failed = quantity_check(other, question, "en")
+    assert not failed.passed and "how many" in failed.detail
+    assert quantity_check("Each player gets five Wire cards.", question, "en").passed
+    assert quantity_check("You may hold any number of tokens.", question, "en").passed
+    assert not quantity_check("如果你的牌堆为空，你被淘汰。", "手牌上限几张？", "zh").passed
+    assert quantity_check("你的手牌上限是10张牌。", "手牌上限几张？", "zh").passed
+    assert quantity_check("手牌数量不限。", "手牌最多多少张？", "zh").passed
+    # Not a count: "which ones" (哪几), and questions that ask no quantity at all.
+    which = quantity_check("燃料、食物和弹药三堆。", "搜刮牌分成哪几堆？", "zh")
+    assert which.detail == "not asked"
+    assert quantity_check("Roll the dice.", "What do I roll?", "en").detail == "not asked"
+
+
 def test_numbers_must_appear_in_the_quotes() -> None:
     quotes = [quote("Your hand limit is ten cards."), quote("Roll the two Spawn dice.", n=2)]
     assert numbers_check("You may hold 10 cards and roll 2 dice.", quotes).passed
@@ -348,6 +365,18 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
     failed = [c.name for c in answer.checks if not c.passed]
     assert "numbers" in failed and "quotes" not in failed
     assert json.loads(json.dumps(answer.to_json()))["checks"]
+
+
+def test_a_how_many_question_answered_without_a_number_is_not_concluded(
+    settings: Settings,
+) -> None:
+    evasive = '{"conclusion": "Draw a card from your Survivor deck and add it to your hand."}'
+    generator = ScriptedGenerator(conclusions=[evasive])
+    answer = scripted_pipeline_with(settings, generator).ask(
+        "How many cards can I hold?", "Maximum Apocalypse"
+    )
+    assert answer.conclusion is None and answer.answer.startswith("Read the rule below")
+    assert ("quantity", False) in [(c.name, c.passed) for c in answer.checks]
 
 
 def test_selecting_no_sentence_abstains(settings: Settings) -> None:

@@ -25,6 +25,7 @@ from rag.answering.checks import (
     language_check,
     negation_check,
     numbers_check,
+    quantity_check,
     strip_markers,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
@@ -180,6 +181,7 @@ class Answerer:
                 numbers_check(conclusion, basis),
                 negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
+                quantity_check(conclusion, question.text, question.lang),
                 language_check(conclusion, question.lang),
             ]
         else:

@@ -9,6 +9,7 @@
   read back as "you can't … if you don't have" has one negation too many and is caught);
 - answer_word: an opening yes or no agrees with the claim after it ("Yes, you cannot …"
   is caught), judged when the claim restates the question;
+- quantity: a question asking how many is answered with a number (or no limit);
 - markers: the model was told to write none; any it wrote must point at a shown quote;
 - language: it is in the asker's language, glosses in brackets aside (a small model given
   English rule text for a Chinese question sometimes copies the rule out in English).
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rag.answering.rewording import asks_how_many
 from rag.lang import CJK_RE, detect_lang, sentence_spans, tokenize
 from rag.types import Check, Lang, Quote
 
@@ -363,6 +365,24 @@ def answer_word_check(conclusion: str, question: str, lang: Lang) -> Check:
     if word != expected:
         return Check("answer_word", False, f"opens with {word!r} but its claim says {expected!r}")
     return Check("answer_word", True)
+
+
+# A quantity answered without a number: there is none to give.
+_NO_LIMIT = re.compile(
+    r"\b(?:unlimited|no limit|any number|as many as)\b|不限|无限|没有上限|任意", re.I
+)
+
+
+def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
+    """A question asking how many is answered by a number (or by there being no limit): a
+    conclusion without one answers something else ("each player receives the same number
+    of Wire cards as the total number of players" to "how many wire cards does everyone
+    get?")."""
+    if not asks_how_many(question, lang):
+        return Check("quantity", True, "not asked")
+    if stated_numbers(conclusion) or _NO_LIMIT.search(conclusion):
+        return Check("quantity", True)
+    return Check("quantity", False, "the question asks how many; the conclusion states no number")
 
 
 def language_check(conclusion: str, lang: Lang) -> Check:

@@ -128,6 +128,17 @@ def asks_yes_or_no(question: str, lang: Lang) -> bool:
     return bool(clauses) and bool(_EN_AUXILIARY.match(clauses[-1].strip()))
 
 
+# A question asking for a quantity: "how many …?", "how much …?", 多少, 几 (not 哪几, "which
+# ones", nor 几乎, "almost").
+_EN_HOW_MANY = re.compile(r"\bhow\s+(?:many|much)\b", re.IGNORECASE)
+_ZH_HOW_MANY = re.compile(r"多少|(?<!哪)几(?!乎)")
+
+
+def asks_how_many(question: str, lang: Lang) -> bool:
+    """Whether the question asks for a quantity ("how many wire cards does everyone get?")."""
+    return bool((_ZH_HOW_MANY if lang == "zh" else _EN_HOW_MANY).search(question))
+
+
 # The verb a Chinese yes/no question turns on, so the answer says 可以 / 不可以, not 是 / 不是.
 _ZH_VERBS = ("可以", "能", "会", "需要", "要", "有", "算")
 
