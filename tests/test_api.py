@@ -26,7 +26,7 @@ from rag.types import Turn
 if TYPE_CHECKING:
     from conftest import ScriptedGenerator, SlowGenerator
 
-SUROS_Q = "How much HP does each player start with in Suros?"
+SUROS_Q = "What HP does each player start with in Suros?"
 GAMES = {"suros", "deck52-final-bus", "maximum-apocalypse", "maximum-throwdown-overload"}
 ASK_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
@@ -738,7 +738,7 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
 
     def ask(n: int) -> None:
         player = "".join("abcdefghij"[int(d)] for d in str(n))  # no digits: none to check
-        question = f"How much HP does player {player} start with in Suros?"
+        question = f"What HP does player {player} start with in Suros?"
         answer = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=60).json()
         said = f"You asked about player {player}."
         mine = answer["question"] == question and answer["conclusion"].endswith(said)

@@ -283,7 +283,7 @@ def test_the_pipeline_answers_through_the_server(fake: FakeServer, settings: Set
         update={"backend": "openai", "base_url": fake.url, "model": "test-model", "select": True}
     )
     pipeline = Pipeline(settings.model_copy(update={"generation": gen}), embedder=FakeEmbedder())
-    answer = pipeline.ask("How much HP does each player start with?", "suros")
+    answer = pipeline.ask("What HP does each player start with?", "suros")
     assert answer.backend == "openai:test-model"
     assert answer.conclusion and answer.conclusion in answer.answer and not answer.abstained
     names = [b.get("response_format", {}).get("json_schema", {}).get("name") for b in fake.bodies]
