@@ -369,7 +369,7 @@ def answer_word_check(conclusion: str, question: str, lang: Lang) -> Check:
 
 # A quantity answered without a number: there is none to give.
 _NO_LIMIT = re.compile(
-    r"\b(?:unlimited|no limit|any number|as many as)\b|不限|无限|没有上限|任意", re.I
+    r"\b(?:unlimited|no limit|any number|as many as)\b|不限|无限|没有上限|任意", re.IGNORECASE
 )
 
 
