@@ -115,6 +115,11 @@ def _words(text: str) -> Iterator[str]:
                 yield word
 
 
+def chinese_words(text: str) -> list[str]:
+    """The text as jieba segments it, every word kept (punctuation and Latin words too)."""
+    return [word for word in _jieba().lcut(text) if word.strip()]
+
+
 def tokenize(text: str) -> list[str]:
     """Lowercase word tokens for BM25: latin words, numbers and jieba's Chinese words."""
     return [word for word in _words(text) if word not in STOPWORDS]

@@ -16,6 +16,7 @@ from pathlib import Path
 from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
+from rag.answering.glossing import Glosser
 from rag.answering.translation import RenderingStore
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
 from rag.generation import ExtractiveGenerator, Generator, make_generator
@@ -124,7 +125,12 @@ class Pipeline:
             if generator.writes
             else None
         )
-        return Answerer(candidates, generator, gen, renderings)
+        glosser = Glosser(
+            self.embedder,
+            lambda slug: self.ensure_index().index.chunks_of(slug),
+            gen.min_gloss_score,
+        )
+        return Answerer(candidates, generator, gen, renderings, glosser)
 
     @property
     def generator(self) -> Generator:

@@ -170,6 +170,14 @@ class GenerationSettings(BaseModel):
         "(the nearest rule text still shown): measured on the gold set and held out on the "
         "real rulebooks (eval/RESULTS.md); 0: never.",
     )
+    min_gloss_score: float = Field(
+        0.6,
+        description="A Chinese conclusion's phrase and an English game term of its quotes "
+        "(a heading or glossary entry) this alike by the embedder, each the other's closest, "
+        "are taken as the same term: the English follows the phrase in brackets, "
+        "潜行判定（Stealth test）. Measured by reading the pairs on the gold sets "
+        "(eval/RESULTS.md); 1: never.",
+    )
 
 
 class PublishableKey(BaseModel):

@@ -5,11 +5,12 @@ enough: the rulebook is silent) -> quotes (the closest sentences of the passage 
 answers best, verbatim, shown at once) -> selection (with `select` on, the LLM names the
 quoted sentences that answer, none meaning the rulebook is silent; off, the closest three)
 -> translation (of those, for a question in another language) -> conclusion (the LLM
-answers from those quotes alone) -> checks -> assembly (every quote shown, the conclusion
-only when it passed; when none passed and the closest sentence is far, under a line saying
-the rulebook does not seem to say). A yes/no question gets no selection and no conclusion
-unless `answer_yes_no` trusts the model's yes or no. With the extractive backend no model
-runs: the quotes are the answer.
+answers from those quotes alone) -> checks -> glosses (a Chinese conclusion that passed
+gets the English game terms of its quotes in brackets) -> assembly (every quote shown, the
+conclusion only when it passed; when none passed and the closest sentence is far, under a
+line saying the rulebook does not seem to say). A yes/no question gets no selection and no
+conclusion unless `answer_yes_no` trusts the model's yes or no. With the extractive backend
+no model runs: the quotes are the answer.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rag.answering.checks import (
     strip_markers,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
+from rag.answering.glossing import Glosser
 from rag.answering.quotes import deciding_sentences, make_quotes, passage_choice
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt
@@ -67,11 +69,13 @@ class Answerer:
         generator: Generator,
         settings: GenerationSettings,
         renderings: RenderingStore | None = None,
+        glosser: Glosser | None = None,
     ) -> None:
         self.candidates = candidates
         self.generator = generator
         self.translator = Translator(generator, renderings)
         self.settings = settings
+        self.glosser = glosser
 
     def stream(self, question: Question, hits: list[Hit]) -> Iterator[StreamEvent]:
         """Quotes first, then the conclusion's draft tokens, then the final answer (whose
@@ -192,6 +196,11 @@ class Answerer:
         # Two signals of silence together, measured on the whole gold set: no conclusion
         # restating the quotes survived the checks, and the closest sentence is far.
         silent = not shown and closest < self.settings.min_score_unconcluded
+        if shown and question.lang == "zh" and self.glosser is not None:
+            conclusion, gloss_check = self.glosser.gloss(
+                conclusion, [q.text for q in basis], question.game.slug
+            )
+            checks.append(gloss_check)
         if silent:
             checks.append(
                 Check(

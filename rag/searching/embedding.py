@@ -72,6 +72,12 @@ class Embedder(ABC):
         vectors[order] = stacked
         return _normalise(vectors)
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Short texts' vectors, all encoded as queries (so that they compare alike)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalise(self._encode(list(texts), query=True))
+
     def embed_query(self, text: str) -> np.ndarray:
         """The query's vector (read-only: it is shared by every caller of the same text)."""
         with self._queries_lock:

@@ -1,0 +1,154 @@
+"""Glosses: a Chinese conclusion keeps the rulebook's English word for a game term in brackets
+the first time it names it (潜行判定（Stealth test）), so a player can find the term on the
+cards and in the rule text, which stay in English.
+
+The small model seldom writes these brackets itself, and asked to name a Chinese word for
+each term it paired "Rest" with 重新抽取. So no model is asked: the game's terms are its
+headings and glossary entries, those that the quotes the conclusion rests on use are
+candidates, and the conclusion's phrases (jieba's words, up to three together) are compared
+with them by the multilingual embedder that retrieval uses. A term and a phrase are paired
+when each is the other's closest and they are close enough (eval/RESULTS.md, session 15);
+the bracket goes after the phrase's first appearance.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from rag.lang import STOPWORDS, chinese_words
+from rag.searching.embedding import Embedder
+from rag.types import Check, Chunk
+
+# A heading's numbering ("3. Player Actions", "Step 2:"), and what a parenthesis adds
+# ("Wire Cutter Token (or card)").
+_NUMBERING = re.compile(r"^\s*(?:(?:step|phase)\s+)?(?:\d+|[A-Z])[.:)]\s+", re.IGNORECASE)
+_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)  # "THE MAP" names the map
+_PARENTHESIS = re.compile(r"\s*[(（][^)）]*[)）]")
+_LATIN_TERM = re.compile(r"[A-Za-z][A-Za-z' -]*[A-Za-z]")
+_MOST_TERM_WORDS = 3
+# A phrase is up to three of jieba's words together, two to six characters, all Chinese.
+_PHRASE_WORDS = 3
+_CHINESE_PHRASE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2,6}")
+# Particles and the like do not begin or end a term (附着了 is 附着 done).
+_NOT_AT_THE_EDGE = frozenset("的了地得着过和与或在是把被将就都也还又很")  # one character each
+_GLOSSED_ALREADY = re.compile(r"\s*[（(]")
+
+
+@dataclass(frozen=True)
+class Gloss:
+    term: str  # as the rulebook writes it in a heading or glossary entry
+    phrase: str  # the conclusion's words for it
+    score: float  # their cosine similarity
+
+
+def game_terms(chunks: Iterable[Chunk]) -> list[str]:
+    """A rulebook's game terms: its headings and glossary entries that read as a name (one
+    to three words, no digits, no function words: "Stealth test", "Docile", not "Overview of
+    a round"), each once."""
+    terms: dict[str, str] = {}
+    for chunk in chunks:
+        for heading in chunk.section[1:]:  # the first is the game's title
+            term = _ARTICLE.sub("", _PARENTHESIS.sub("", _NUMBERING.sub("", heading)).strip())
+            if _is_term(term):
+                terms.setdefault(term.casefold(), term)
+    return list(terms.values())
+
+
+def _is_term(text: str) -> bool:
+    """A name, not a procedure: "Encountering monster tokens" and "Equipping Gear" head the
+    rule for a situation, and paired 带有怪物标记 (with monster tokens) on the gold set."""
+    words = text.split()
+    return (
+        _LATIN_TERM.fullmatch(text) is not None
+        and 1 <= len(words) <= _MOST_TERM_WORDS
+        and len(text) >= 3
+        and not (len(words) > 1 and words[0].casefold().endswith("ing"))
+        and not any(w.casefold() in STOPWORDS for w in words)
+    )
+
+
+def terms_used(terms: Sequence[str], sources: Sequence[str]) -> list[str]:
+    """The terms that the sources use (as words, singular or plural, in any case)."""
+    text = " ".join(sources)
+    return [t for t in terms if re.search(rf"\b{re.escape(t)}(?:s|es)?\b", text, re.IGNORECASE)]
+
+
+def chinese_phrases(text: str) -> list[str]:
+    """The text's candidate phrases for a term, each once, in reading order."""
+    words = chinese_words(text)
+    phrases: dict[str, None] = {}
+    for start in range(len(words)):
+        if words[start] in _NOT_AT_THE_EDGE:
+            continue
+        joined = ""
+        for word in words[start : start + _PHRASE_WORDS]:
+            joined += word
+            if word not in _NOT_AT_THE_EDGE and _CHINESE_PHRASE.fullmatch(joined):
+                phrases.setdefault(joined)
+    return list(phrases)
+
+
+class Glosser:
+    def __init__(
+        self,
+        embedder: Embedder,
+        chunks_of: Callable[[str], Sequence[Chunk]],
+        min_score: float,
+    ) -> None:
+        self.embedder = embedder
+        self.chunks_of = chunks_of  # a game's chunks in the current index
+        self.min_score = min_score
+
+    def gloss(self, text: str, sources: Sequence[str], game: str) -> tuple[str, Check]:
+        """`text` (Chinese) with the English term after the first appearance of each phrase
+        paired with one of the game's terms that `sources` (the English quotes it rests on)
+        use; the check lists the pairs."""
+        if self.min_score >= 1:
+            return text, Check("glosses", True, "off (generation.min_gloss_score is 1)")
+        terms = [
+            t
+            for t in terms_used(game_terms(self.chunks_of(game)), sources)
+            if t.casefold() not in text.casefold()  # already written in English
+        ]
+        phrases = chinese_phrases(text)
+        pairs = self.pairs(terms, phrases) if terms and phrases else []
+        glossed, placed = _bracketed(text, pairs)
+        detail = "; ".join(f"{g.phrase} = {g.term} ({g.score:.2f})" for g in placed)
+        return glossed, Check("glosses", True, detail or "no term paired")
+
+    def pairs(self, terms: Sequence[str], phrases: Sequence[str]) -> list[Gloss]:
+        """Each term and phrase that are each other's closest, at least `min_score` alike.
+        Terms are compared in lower case: "WEAK SPOTS" in capitals sat further from 弱点."""
+        vectors = self.embedder.embed_queries([t.lower() for t in terms] + list(phrases))
+        similarity = vectors[: len(terms)] @ vectors[len(terms) :].T
+        pairs = []
+        for i, term in enumerate(terms):
+            j = int(similarity[i].argmax())
+            score = float(similarity[i, j])
+            if score >= self.min_score and int(similarity[:, j].argmax()) == i:
+                pairs.append(Gloss(term, phrases[j], score))
+        return pairs
+
+
+def _bracketed(text: str, pairs: Sequence[Gloss]) -> tuple[str, list[Gloss]]:
+    """The text with "（term）" after each pair's phrase where it first appears, best pairs
+    first, and the pairs so placed; a phrase overlapping one glossed already, or bracketed
+    by the writer, is left."""
+    taken: list[tuple[int, int]] = []
+    inserts: list[tuple[int, str]] = []
+    placed: list[Gloss] = []
+    for gloss in sorted(pairs, key=lambda g: g.score, reverse=True):
+        start = text.find(gloss.phrase)
+        end = start + len(gloss.phrase)
+        if start < 0 or _GLOSSED_ALREADY.match(text, end):
+            continue
+        if any(start < b and a < end for a, b in taken):
+            continue
+        taken.append((start, end))
+        inserts.append((end, f"（{gloss.term}）"))
+        placed.append(gloss)
+    for end, bracket in sorted(inserts, reverse=True):
+        text = text[:end] + bracket + text[end:]
+    return text, placed

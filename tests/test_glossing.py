@@ -1,0 +1,153 @@
+"""Glosses: a Chinese conclusion names the rulebook's English term in brackets."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import FakeEmbedder, ScriptedGenerator
+
+from rag.answering.glossing import Glosser, chinese_phrases, game_terms, terms_used
+from rag.pipeline import Pipeline
+from rag.settings import Settings
+from rag.types import Check, Chunk
+
+Alikes = dict[str, list[tuple[str, float]]]
+
+
+class AliasEmbedder(FakeEmbedder):
+    """The fake embedder, but a Chinese phrase listed here is embedded as alike as given to
+    English terms (cosine similarity): the pairs a real embedder finds alike."""
+
+    def __init__(self, aliases: Alikes) -> None:
+        super().__init__()
+        self.aliases = aliases
+
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        out = super()._encode(texts, query=query)
+        for row, text in enumerate(texts):
+            if text in self.aliases:
+                own = out[row] / np.linalg.norm(out[row])
+                vector = (1 - sum(w * w for _, w in self.aliases[text])) ** 0.5 * own
+                for term, weight in self.aliases[text]:
+                    alike = super()._encode([term], query=query)[0]
+                    vector += weight * alike / np.linalg.norm(alike)
+                out[row] = vector
+        return out
+
+
+def chunk(*section: str, text: str = "Some rule.") -> Chunk:
+    return Chunk(
+        id="|".join(section), game="g", section=section, text=text, lang="en", start=0, end=1
+    )
+
+
+BOOK = [
+    chunk("Game", "3. Player Actions", "Stealth test"),
+    chunk("Game", "Glossary", "Attached"),
+    chunk("Game", "Encountering monster tokens"),
+    chunk("Game", "Overview of a round"),
+    chunk("Game", "Wire Cutter Token (or card)"),
+    chunk("Game", "Mission 3"),
+    chunk("Game", "STEALTH TEST"),
+    chunk("Game", "THE MAP"),
+]
+RULE = "If you have no monster cards attached, you may attempt a stealth test."
+
+
+def glosser(aliases: Alikes, min_score: float = 0.6) -> Glosser:
+    return Glosser(AliasEmbedder(aliases), lambda game: BOOK, min_score)
+
+
+def test_a_rulebooks_terms_are_its_headings_that_read_as_names() -> None:
+    assert game_terms(BOOK) == [
+        "Player Actions",
+        "Stealth test",  # once, whatever its case
+        "Glossary",
+        "Attached",
+        "Wire Cutter Token",  # what the parenthesis adds is not the name
+        "MAP",
+    ]  # not the title, a procedure ("Encountering …"), a phrase or a numbered heading
+
+
+def test_terms_are_found_in_the_quotes_as_words_in_any_case_or_number() -> None:
+    terms = ["Stealth test", "Attached", "Rest", "Monster token"]
+    used = terms_used(terms, ["Remove all Monster tokens.", "Restore one HP.", RULE])
+    assert used == ["Stealth test", "Attached", "Monster token"]  # not "Rest" in "Restore"
+
+
+def test_phrases_are_chinese_words_alone_or_together() -> None:
+    phrases = chinese_phrases("你可以进行潜行判定，然后抽牌。")
+    assert "潜行判定" in phrases and "潜行" in phrases and "抽牌" in phrases
+    assert not any("，" in p or "。" in p for p in phrases)
+    # a particle begins or ends no term
+    assert set(chinese_phrases("附着了的怪物")) == {"附着", "怪物"}
+
+
+def test_the_english_term_follows_its_chinese_phrase_the_first_time() -> None:
+    text, check = glosser({"潜行判定": [("stealth test", 1.0)]}).gloss(
+        "没有附着怪物卡时可以进行潜行判定。潜行判定失败则抽怪物卡。", [RULE], "g"
+    )
+    assert text == "没有附着怪物卡时可以进行潜行判定（Stealth test）。潜行判定失败则抽怪物卡。"
+    assert check.passed and "潜行判定 = Stealth test" in check.detail
+
+
+def test_a_pair_not_alike_enough_or_a_term_the_quotes_do_not_use_is_not_glossed() -> None:
+    conclusion = "可以进行潜行判定。"
+    weak = glosser({"潜行判定": [("stealth test", 0.5)]})
+    assert weak.gloss(conclusion, [RULE], "g")[0] == conclusion
+    unused, check = glosser({"潜行判定": [("stealth test", 1.0)]}).gloss(
+        conclusion, ["Discard a card."], "g"
+    )
+    assert unused == conclusion and check.detail == "no term paired"
+    off = glosser({"潜行判定": [("stealth test", 1.0)]}, min_score=1)
+    assert off.gloss(conclusion, [RULE], "g")[0] == conclusion
+
+
+def test_the_closest_phrase_is_glossed_not_a_part_of_it() -> None:
+    aliases = {"潜行判定": [("stealth test", 0.95)], "潜行": [("stealth test", 0.8)]}
+    text, _ = glosser(aliases).gloss("可以进行潜行判定。", [RULE], "g")
+    assert text == "可以进行潜行判定（Stealth test）。"
+
+
+def test_a_phrase_is_glossed_only_by_the_term_it_is_closest_to() -> None:
+    # 怪物卡 is the closest phrase to "Stealth test", but closer still to "Attached",
+    # whose own closest phrase is 附着: 怪物卡 is no rendering of either
+    aliases = {
+        "附着": [("attached", 1.0)],
+        "怪物卡": [("attached", 0.75), ("stealth test", 0.65)],
+    }
+    text, check = glosser(aliases).gloss("没有附着的怪物卡才能检定。", [RULE], "g")
+    assert text == "没有附着（Attached）的怪物卡才能检定。"
+    assert check.detail == "附着 = Attached (1.00)"
+
+
+def test_a_term_already_written_or_bracketed_is_left_as_it_is() -> None:
+    aliases = {"潜行判定": [("stealth test", 1.0)], "附着": [("attached", 1.0)]}
+    bracketed = "可以进行潜行判定（Stealth test）。"
+    assert glosser(aliases).gloss(bracketed, [RULE], "g") == (
+        bracketed,
+        Check("glosses", True, "no term paired"),
+    )
+    own = "没有附着（attached）怪物卡时可以进行潜行判定。"
+    assert glosser(aliases).gloss(own, [RULE], "g")[0] == own.replace(
+        "潜行判定", "潜行判定（Stealth test）"
+    )
+
+
+def test_a_chinese_conclusion_on_an_english_rulebook_is_glossed(settings: Settings) -> None:
+    generation = settings.generation.model_copy(update={"select": True, "min_gloss_score": 0.6})
+    generator = ScriptedGenerator(
+        selections=['{"ids": [1]}'],
+        # the rendering of "Draw a card from your Survivor deck …", then the conclusion
+        conclusions=["幸存者牌堆：抽一张牌", '{"conclusion": "幸存者牌堆：抽一张牌。"}'],
+    )
+    pipeline = Pipeline(
+        settings.model_copy(update={"generation": generation}),
+        embedder=AliasEmbedder({"幸存者": [("survivor", 1.0)]}),
+        generator=generator,
+    )
+    answer = pipeline.ask("Survivor deck 幸存者牌堆是什么？", "末日启示录")
+    assert answer.quotes[0].text == "Draw a card from your Survivor deck and add it to your hand."
+    assert answer.conclusion == "幸存者（Survivor）牌堆：抽一张牌。"
+    assert "幸存者（Survivor）" in answer.answer
+    assert answer.quotes[0].translation == "幸存者牌堆：抽一张牌"  # the rendering is as made
+    assert ("glosses", True) in [(c.name, c.passed) for c in answer.checks]
