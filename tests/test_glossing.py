@@ -17,8 +17,10 @@ class AliasEmbedder(FakeEmbedder):
     """The fake embedder, but a Chinese phrase listed here is embedded as alike as given to
     English terms (cosine similarity): the pairs a real embedder finds alike."""
 
+    name = "alias-hash-embedder"
+
     def __init__(self, aliases: Alikes) -> None:
-        super().__init__()
+        super().__init__(dim=4096)  # words seldom share a bucket: unrelated texts differ
         self.aliases = aliases
 
     def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
@@ -57,6 +59,11 @@ def glosser(aliases: Alikes, min_score: float = 0.6) -> Glosser:
     return Glosser(AliasEmbedder(aliases), lambda game: BOOK, min_score)
 
 
+def glossed(glosser: Glosser, text: str, sources: list[str]) -> tuple[str, Check]:
+    texts, check = glosser.gloss([text], [sources], "g")
+    return texts[0], check
+
+
 def test_a_rulebooks_terms_are_its_headings_that_read_as_names() -> None:
     assert game_terms(BOOK) == [
         "Player Actions",
@@ -83,9 +90,8 @@ def test_phrases_are_chinese_words_alone_or_together() -> None:
 
 
 def test_the_english_term_follows_its_chinese_phrase_the_first_time() -> None:
-    text, check = glosser({"潜行判定": [("stealth test", 1.0)]}).gloss(
-        "没有附着怪物卡时可以进行潜行判定。潜行判定失败则抽怪物卡。", [RULE], "g"
-    )
+    conclusion = "没有附着怪物卡时可以进行潜行判定。潜行判定失败则抽怪物卡。"
+    text, check = glossed(glosser({"潜行判定": [("stealth test", 1.0)]}), conclusion, [RULE])
     assert text == "没有附着怪物卡时可以进行潜行判定（Stealth test）。潜行判定失败则抽怪物卡。"
     assert check.passed and "潜行判定 = Stealth test" in check.detail
 
@@ -93,18 +99,31 @@ def test_the_english_term_follows_its_chinese_phrase_the_first_time() -> None:
 def test_a_pair_not_alike_enough_or_a_term_the_quotes_do_not_use_is_not_glossed() -> None:
     conclusion = "可以进行潜行判定。"
     weak = glosser({"潜行判定": [("stealth test", 0.5)]})
-    assert weak.gloss(conclusion, [RULE], "g")[0] == conclusion
-    unused, check = glosser({"潜行判定": [("stealth test", 1.0)]}).gloss(
-        conclusion, ["Discard a card."], "g"
-    )
+    assert glossed(weak, conclusion, [RULE])[0] == conclusion
+    close = glosser({"潜行判定": [("stealth test", 1.0)]})
+    unused, check = glossed(close, conclusion, ["Discard a card."])
     assert unused == conclusion and check.detail == "no term paired"
     off = glosser({"潜行判定": [("stealth test", 1.0)]}, min_score=1)
-    assert off.gloss(conclusion, [RULE], "g")[0] == conclusion
+    assert glossed(off, conclusion, [RULE])[0] == conclusion
+
+
+def test_several_texts_are_glossed_each_by_its_own_sources() -> None:
+    aliases = {"潜行判定": [("stealth test", 1.0)], "附着": [("attached", 1.0)]}
+    texts, check = glosser(aliases).gloss(
+        ["附着后不能进行潜行判定。", "附着后不能进行潜行判定。"],
+        [["Monster cards attached to you."], ["You may attempt a stealth test."]],
+        "g",
+    )
+    assert texts == [
+        "附着（Attached）后不能进行潜行判定。",
+        "附着后不能进行潜行判定（Stealth test）。",
+    ]
+    assert check.name == "glosses" and check.detail.count(" = ") == 2
 
 
 def test_the_closest_phrase_is_glossed_not_a_part_of_it() -> None:
     aliases = {"潜行判定": [("stealth test", 0.95)], "潜行": [("stealth test", 0.8)]}
-    text, _ = glosser(aliases).gloss("可以进行潜行判定。", [RULE], "g")
+    text, _ = glossed(glosser(aliases), "可以进行潜行判定。", [RULE])
     assert text == "可以进行潜行判定（Stealth test）。"
 
 
@@ -115,7 +134,7 @@ def test_a_phrase_is_glossed_only_by_the_term_it_is_closest_to() -> None:
         "附着": [("attached", 1.0)],
         "怪物卡": [("attached", 0.75), ("stealth test", 0.65)],
     }
-    text, check = glosser(aliases).gloss("没有附着的怪物卡才能检定。", [RULE], "g")
+    text, check = glossed(glosser(aliases), "没有附着的怪物卡才能检定。", [RULE])
     assert text == "没有附着（Attached）的怪物卡才能检定。"
     assert check.detail == "附着 = Attached (1.00)"
 
@@ -123,31 +142,65 @@ def test_a_phrase_is_glossed_only_by_the_term_it_is_closest_to() -> None:
 def test_a_term_already_written_or_bracketed_is_left_as_it_is() -> None:
     aliases = {"潜行判定": [("stealth test", 1.0)], "附着": [("attached", 1.0)]}
     bracketed = "可以进行潜行判定（Stealth test）。"
-    assert glosser(aliases).gloss(bracketed, [RULE], "g") == (
+    assert glossed(glosser(aliases), bracketed, [RULE]) == (
         bracketed,
         Check("glosses", True, "no term paired"),
     )
     own = "没有附着（attached）怪物卡时可以进行潜行判定。"
-    assert glosser(aliases).gloss(own, [RULE], "g")[0] == own.replace(
+    assert glossed(glosser(aliases), own, [RULE])[0] == own.replace(
         "潜行判定", "潜行判定（Stealth test）"
     )
 
 
-def test_a_chinese_conclusion_on_an_english_rulebook_is_glossed(settings: Settings) -> None:
-    generation = settings.generation.model_copy(update={"select": True, "min_gloss_score": 0.6})
-    generator = ScriptedGenerator(
-        selections=['{"ids": [1]}'],
-        # the rendering of "Draw a card from your Survivor deck …", then the conclusion
-        conclusions=["幸存者牌堆：抽一张牌", '{"conclusion": "幸存者牌堆：抽一张牌。"}'],
-    )
-    pipeline = Pipeline(
-        settings.model_copy(update={"generation": generation}),
+def glossing(settings: Settings, generator: ScriptedGenerator, **generation: bool) -> Pipeline:
+    """A pipeline that glosses, where 幸存者 is as alike to "survivor" as a real embedder
+    finds them (and any passage is close enough to answer from, on this embedder's scale)."""
+    update = {"min_gloss_score": 0.6, **generation}
+    return Pipeline(
+        settings.model_copy(
+            update={
+                "generation": settings.generation.model_copy(update=update),
+                "retrieval": settings.retrieval.model_copy(update={"min_dense_score": 0}),
+            }
+        ),
         embedder=AliasEmbedder({"幸存者": [("survivor", 1.0)]}),
         generator=generator,
     )
-    answer = pipeline.ask("Survivor deck 幸存者牌堆是什么？", "末日启示录")
-    assert answer.quotes[0].text == "Draw a card from your Survivor deck and add it to your hand."
+
+
+def test_a_chinese_conclusion_is_glossed_first_and_the_model_reads_no_gloss(
+    settings: Settings,
+) -> None:
+    generator = ScriptedGenerator(
+        selections=['{"ids": [1]}'],
+        # the rendering of the sentence selected, then the conclusion
+        conclusions=["幸存者牌堆：抽一张牌", '{"conclusion": "幸存者牌堆：抽一张牌。"}'],
+    )
+    pipeline = glossing(settings, generator, select=True)
+    question = "draw a card from your Survivor deck 幸存者牌堆：抽牌是什么意思？"
+    events = list(pipeline.ask_stream(question, "末日启示录"))
+    answer = events[-1].answer
+    assert answer is not None
+    selected = generator.prompts[1].question
+    assert selected == "Draw a card from your Survivor deck and add it to your hand."
+    assert "(幸存者牌堆：抽一张牌)" in generator.prompts[-1].messages[-1]["content"]
     assert answer.conclusion == "幸存者（Survivor）牌堆：抽一张牌。"
-    assert "幸存者（Survivor）" in answer.answer
-    assert answer.quotes[0].translation == "幸存者牌堆：抽一张牌"  # the rendering is as made
-    assert ("glosses", True) in [(c.name, c.passed) for c in answer.checks]
+    assert "结论: 幸存者（Survivor）牌堆" in answer.answer
+    # named in the conclusion, so not glossed again in the rendering below it
+    assert [q.translation for q in answer.quotes if q.text == selected] == ["幸存者牌堆：抽一张牌"]
+    glosses = [c for c in answer.checks if c.name == "glosses"]
+    assert [c.detail for c in glosses] == ["幸存者 = Survivor (1.00)"]
+
+
+def test_the_renderings_of_a_rule_left_to_read_are_glossed(settings: Settings) -> None:
+    # a yes/no question: renderings, no conclusion
+    generator = ScriptedGenerator(conclusions=["幸存者牌堆：抽一张牌"] * 3)
+    question = "draw a card from your Survivor deck 幸存者牌堆可以抽吗？"
+    answer = glossing(settings, generator).ask(question, "末日启示录")
+    assert answer.conclusion is None
+    rendered = [q for q in answer.quotes if q.translation]
+    naming = [q for q in rendered if "Survivor" in q.text]
+    assert naming, "the Survivor deck sentence is rendered"
+    assert naming[0].translation == "幸存者（Survivor）牌堆：抽一张牌"
+    assert all(q.translation == "幸存者牌堆：抽一张牌" for q in rendered if q is not naming[0])
+    assert "译文: 幸存者（Survivor）牌堆" in answer.answer

@@ -5,19 +5,19 @@ enough: the rulebook is silent) -> quotes (the closest sentences of the passage 
 answers best, verbatim, shown at once) -> selection (with `select` on, the LLM names the
 quoted sentences that answer, none meaning the rulebook is silent; off, the closest three)
 -> translation (of those, for a question in another language) -> conclusion (the LLM
-answers from those quotes alone) -> checks -> glosses (a Chinese conclusion that passed
-gets the English game terms of its quotes in brackets) -> assembly (every quote shown, the
-conclusion only when it passed; when none passed and the closest sentence is far, under a
-line saying the rulebook does not seem to say). A yes/no question gets no selection and no
-conclusion unless `answer_yes_no` trusts the model's yes or no. With the extractive backend
-no model runs: the quotes are the answer.
+answers from those quotes alone) -> checks -> glosses (in a Chinese answer, the English
+game terms in brackets after the conclusion's and the renderings' words for them) ->
+assembly (every quote shown, the conclusion only when it passed; when none passed and the
+closest sentence is far, under a line saying the rulebook does not seem to say). A yes/no
+question gets no selection and no conclusion unless `answer_yes_no` trusts the model's yes
+or no. With the extractive backend no model runs: the quotes are the answer.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag.answering.assembly import Line, not_covered_answer, quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
@@ -123,6 +123,7 @@ class Answerer:
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
             if not concluding:
+                _, quotes = self._glossed(question, None, basis, quotes, checks)
                 answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
             else:
                 reply: list[str] = []
@@ -196,11 +197,9 @@ class Answerer:
         # Two signals of silence together, measured on the whole gold set: no conclusion
         # restating the quotes survived the checks, and the closest sentence is far.
         silent = not shown and closest < self.settings.min_score_unconcluded
-        if shown and question.lang == "zh" and self.glosser is not None:
-            conclusion, gloss_check = self.glosser.gloss(
-                conclusion, [q.text for q in basis], question.game.slug
-            )
-            checks.append(gloss_check)
+        shown_conclusion, quotes = self._glossed(
+            question, conclusion if shown else None, basis, quotes, checks
+        )
         if silent:
             checks.append(
                 Check(
@@ -216,12 +215,41 @@ class Answerer:
             question.game.slug,
             question.lang,
             quotes=quotes,
-            conclusion=conclusion if shown else None,
+            conclusion=shown_conclusion,
             checks=checks,
             hits=hits,
             backend=self.generator.name,
             line=None if shown else "not_answered" if silent else "read_the_rule",
         )
+
+    def _glossed(
+        self,
+        question: Question,
+        conclusion: str | None,
+        basis: Sequence[Quote],
+        quotes: Sequence[Quote],
+        checks: list[Check],
+    ) -> tuple[str | None, list[Quote]]:
+        """For a Chinese answer, the conclusion shown (if any) and the renderings beside the
+        quotes with the English game terms in brackets the first time each is named; the
+        check saying which is added to `checks`."""
+        rendered = [q for q in quotes if q.translation]
+        if question.lang != "zh" or self.glosser is None or not (conclusion or rendered):
+            return conclusion, list(quotes)
+        texts = [conclusion] if conclusion else []
+        sources = [[q.text for q in basis]] if conclusion else []
+        glossed, check = self.glosser.gloss(
+            texts + [q.translation or "" for q in rendered],
+            sources + [[q.text] for q in rendered],
+            question.game.slug,
+        )
+        checks.append(check)
+        if conclusion:
+            conclusion, glossed = glossed[0], glossed[1:]
+        by_quote = {id(q): text for q, text in zip(rendered, glossed, strict=True)}
+        return conclusion, [
+            replace(q, translation=by_quote.get(id(q), q.translation)) for q in quotes
+        ]
 
     def _answer(
         self,

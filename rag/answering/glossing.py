@@ -1,11 +1,14 @@
-"""Glosses: a Chinese conclusion keeps the rulebook's English word for a game term in brackets
-the first time it names it (潜行判定（Stealth test）), so a player can find the term on the
-cards and in the rule text, which stay in English.
+"""Glosses: Chinese text keeps the rulebook's English word for a game term in brackets the
+first time it names it (潜行判定（Stealth test）), so a player can find the term on the cards
+and in the rule text, which stay in English. The conclusion shown is glossed by the terms of
+the quotes it rests on, then the renderings beside the quotes, each by its own quote's. Only
+what is shown is glossed: the model reads the renderings as they were made (conclusions
+written from glossed renderings failed their checks more often, eval/RESULTS.md).
 
 The small model seldom writes these brackets itself, and asked to name a Chinese word for
 each term it paired "Rest" with 重新抽取. So no model is asked: the game's terms are its
-headings and glossary entries, those that the quotes the conclusion rests on use are
-candidates, and the conclusion's phrases (jieba's words, up to three together) are compared
+headings and glossary entries, those that the text's quotes use are candidates, and its
+phrases (jieba's words, up to three together) are compared
 with them by the multilingual embedder that retrieval uses. A term and a phrase are paired
 when each is the other's closest and they are close enough (eval/RESULTS.md, session 15);
 the bracket goes after the phrase's first appearance.
@@ -16,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from rag.lang import STOPWORDS, chinese_words
 from rag.searching.embedding import Embedder
@@ -101,28 +106,52 @@ class Glosser:
         self.chunks_of = chunks_of  # a game's chunks in the current index
         self.min_score = min_score
 
-    def gloss(self, text: str, sources: Sequence[str], game: str) -> tuple[str, Check]:
-        """`text` (Chinese) with the English term after the first appearance of each phrase
-        paired with one of the game's terms that `sources` (the English quotes it rests on)
-        use; the check lists the pairs."""
+    def gloss(
+        self, texts: Sequence[str], sources: Sequence[Sequence[str]], game: str
+    ) -> tuple[list[str], Check]:
+        """The texts (Chinese, in the order a player reads them) with the English term after
+        the first appearance of each phrase paired with one of the game's terms that the
+        text's sources (the English quotes it renders or rests on) use, each term once; the
+        check lists the pairs placed. All the texts are compared in one call to the
+        embedder."""
         if self.min_score >= 1:
-            return text, Check("glosses", True, "off (generation.min_gloss_score is 1)")
-        terms = [
-            t
-            for t in terms_used(game_terms(self.chunks_of(game)), sources)
-            if t.casefold() not in text.casefold()  # already written in English
-        ]
-        phrases = chinese_phrases(text)
-        pairs = self.pairs(terms, phrases) if terms and phrases else []
-        glossed, placed = _bracketed(text, pairs)
+            return list(texts), Check("glosses", True, "off (generation.min_gloss_score is 1)")
+        book = game_terms(self.chunks_of(game))
+        # per text: the terms its sources use that it does not already write in English,
+        # and its phrases (none needed where no term is)
+        wanted = []
+        for text, own in zip(texts, sources, strict=True):
+            terms = [t for t in terms_used(book, own) if t.casefold() not in text.casefold()]
+            wanted.append((text, terms, chinese_phrases(text) if terms else []))
+        terms_lower = {t.lower() for _, terms, _ in wanted for t in terms}
+        vectors = self._vectors(terms_lower | {p for _, _, phrases in wanted for p in phrases})
+        glossed: list[str] = []
+        placed: list[Gloss] = []
+        for text, terms, phrases in wanted:
+            pairs = self._pairs(terms, phrases, vectors)
+            done = {g.term for g in placed}  # "the first time": not again in a later text
+            text, put = _bracketed(text, [g for g in pairs if g.term not in done])
+            glossed.append(text)
+            placed += put
         detail = "; ".join(f"{g.phrase} = {g.term} ({g.score:.2f})" for g in placed)
         return glossed, Check("glosses", True, detail or "no term paired")
 
-    def pairs(self, terms: Sequence[str], phrases: Sequence[str]) -> list[Gloss]:
+    def _vectors(self, texts: set[str]) -> dict[str, np.ndarray]:
+        """Each text's vector, all from one call to the embedder."""
+        ordered = sorted(texts)
+        return dict(zip(ordered, self.embedder.embed_queries(ordered), strict=True))
+
+    def _pairs(
+        self, terms: Sequence[str], phrases: Sequence[str], vectors: dict[str, np.ndarray]
+    ) -> list[Gloss]:
         """Each term and phrase that are each other's closest, at least `min_score` alike.
         Terms are compared in lower case: "WEAK SPOTS" in capitals sat further from 弱点."""
-        vectors = self.embedder.embed_queries([t.lower() for t in terms] + list(phrases))
-        similarity = vectors[: len(terms)] @ vectors[len(terms) :].T
+        if not terms or not phrases:
+            return []
+        similarity = (
+            np.stack([vectors[t.lower()] for t in terms])
+            @ np.stack([vectors[p] for p in phrases]).T
+        )
         pairs = []
         for i, term in enumerate(terms):
             j = int(similarity[i].argmax())
