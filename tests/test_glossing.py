@@ -76,9 +76,11 @@ def test_a_rulebooks_terms_are_its_headings_that_read_as_names() -> None:
 
 
 def test_terms_are_found_in_the_quotes_as_words_in_any_case_or_number() -> None:
-    terms = ["Stealth test", "Attached", "Rest", "Monster token"]
+    terms = ["Test", "Stealth test", "Attached", "Rest", "Monster token"]
     used = terms_used(terms, ["Remove all Monster tokens.", "Restore one HP.", RULE])
-    assert used == ["Stealth test", "Attached", "Monster token"]  # not "Rest" in "Restore"
+    # not "Rest" in "Restore", nor "Test" in "stealth test" only
+    assert sorted(used) == ["Attached", "Monster token", "Stealth test"]
+    assert "Test" in terms_used(terms, [RULE, "Test: roll a die."])
 
 
 def test_phrases_are_chinese_words_alone_or_together() -> None:

@@ -75,9 +75,16 @@ def _is_term(text: str) -> bool:
 
 
 def terms_used(terms: Sequence[str], sources: Sequence[str]) -> list[str]:
-    """The terms that the sources use (as words, singular or plural, in any case)."""
+    """The terms that the sources use (as words, singular or plural, in any case), longest
+    first; a term used only inside a longer one is not ("Test" in "stealth test")."""
     text = " ".join(sources)
-    return [t for t in terms if re.search(rf"\b{re.escape(t)}(?:s|es)?\b", text, re.IGNORECASE)]
+    used = []
+    for term in sorted(terms, key=len, reverse=True):
+        found = re.compile(rf"\b{re.escape(term)}(?:s|es)?\b", re.IGNORECASE)
+        if found.search(text):
+            used.append(term)
+            text = found.sub(" | ", text)  # what a longer term used is not there for a shorter
+    return used
 
 
 def chinese_phrases(text: str) -> list[str]:
