@@ -44,7 +44,7 @@ _GLOSSED_ALREADY = re.compile(r"\s*[（(]")
 @dataclass(frozen=True)
 class Gloss:
     term: str  # as the rulebook writes it in a heading or glossary entry
-    phrase: str  # the conclusion's words for it
+    phrase: str  # the Chinese text's words for it
     score: float  # their cosine similarity
 
 
