@@ -172,11 +172,11 @@ class GenerationSettings(BaseModel):
     )
     min_gloss_score: float = Field(
         0.6,
-        description="A Chinese conclusion's phrase and an English game term of its quotes "
-        "(a heading or glossary entry) this alike by the embedder, each the other's closest, "
-        "are taken as the same term: the English follows the phrase in brackets, "
-        "潜行判定（Stealth test）. Measured by reading the pairs on the gold sets "
-        "(eval/RESULTS.md); 1: never.",
+        description="A phrase of a Chinese conclusion or rendering and an English game term "
+        "of its quotes (a heading or glossary entry) this alike by the embedder, each the "
+        "other's closest, are taken as the same term: the English follows the phrase in "
+        "brackets the first time, 潜行判定（Stealth test）. Measured by reading the pairs on "
+        "the gold sets (eval/RESULTS.md); 1: never.",
     )
 
 
