@@ -148,6 +148,11 @@ def test_a_term_already_written_or_bracketed_is_left_as_it_is() -> None:
         bracketed,
         Check("glosses", True, "no term paired"),
     )
+    aside = "可以尝试潜行判定（见下文）。"  # a bracket, but no gloss
+    assert (
+        glossed(glosser(aliases), aside, [RULE])[0]
+        == "可以尝试潜行判定（Stealth test）（见下文）。"
+    )
     own = "没有附着（attached）怪物卡时可以进行潜行判定。"
     assert glossed(glosser(aliases), own, [RULE])[0] == own.replace(
         "潜行判定", "潜行判定（Stealth test）"
