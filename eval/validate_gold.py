@@ -72,13 +72,15 @@ class Game:
 
 
 def rulebook_text(path: Path) -> str:
-    """A rulebook's text: a PDF (a book added with `rules add`) read as `rules add` reads it,
-    one paragraph a line (headings without their '#'), anything else as UTF-8 text."""
+    """A rulebook's text: a PDF (a book added with `rules add`) read by `rules add`'s own
+    reader (rag.reading.files), one paragraph a line (headings without their '#'), anything
+    else as UTF-8 text."""
     if path.suffix.casefold() != ".pdf":
         return path.read_text(encoding="utf-8")
-    from rag.reading.pdf import read_pdf
+    from rag.reading.files import load_document
 
-    return "\n".join(line.lstrip("#").strip() for page in read_pdf(path) for line in page)
+    text = load_document(path, path.parent.name).text
+    return "\n".join(line.lstrip("#").strip() for line in text.splitlines())
 
 
 def load_corpus(corpus_dir: Path) -> tuple[dict[str, Game], list[str]]:
