@@ -84,7 +84,7 @@ class Embedder(ABC):
             if text in self._queries:
                 self._queries.move_to_end(text)
                 return self._queries[text]
-        vector = _normalise(self._encode([text], query=True))[0]
+        vector = self.embed_queries([text])[0]
         vector.setflags(write=False)
         with self._queries_lock:
             self._queries[text] = vector
