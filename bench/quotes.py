@@ -25,7 +25,7 @@ from eval import DEFAULT_GOLD
 from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
-from rag.answering.quotes import PassageChoice, deciding_sentences, make_quotes, passage_choice
+from rag.answering.quotes import PassageChoice, deciding_sentences, make_quotes, quoted_sentences
 from rag.lang import detect_lang
 from rag.metrics import facts_covered, ratio, supported_citations
 from rag.pipeline import Pipeline
@@ -47,11 +47,9 @@ def one_passage(most: int, choice: PassageChoice) -> Choice:
     return lambda question, lang, ranked: deciding_sentences(ranked, most, choice)
 
 
-def by_question_shape(most: int) -> Choice:
-    """The closest sentences of the passage chosen as answers choose (`passage_choice`)."""
-    return lambda question, lang, ranked: deciding_sentences(
-        ranked, most, passage_choice(question, lang)
-    )
+def as_answers_choose(most: int) -> Choice:
+    """The sentences answers quote (`quoted_sentences`)."""
+    return lambda question, lang, ranked: quoted_sentences(question, lang, ranked, most)
 
 
 def first_passage(most: int) -> Choice:
@@ -80,8 +78,8 @@ CHOICES: dict[str, Choice] = {
         )
         for w, lex, p in WEIGHTS
     },
-    "as answers choose (by sentences alone for when-not questions), 7 quotes": (
-        by_question_shape(7)
+    "as answers choose (both passages for when-not questions they disagree on), 7 quotes": (
+        as_answers_choose(7)
     ),
 }
 

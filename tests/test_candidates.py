@@ -6,10 +6,9 @@ from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.quotes import (
     BY_SENTENCES,
-    BY_SENTENCES_AND_PASSAGE,
     PassageChoice,
     deciding_sentences,
-    passage_choice,
+    quoted_sentences,
 )
 from rag.pipeline import Pipeline
 from rag.searching.sentences import SentenceVectors
@@ -104,20 +103,46 @@ def test_by_default_the_passage_as_a_whole_and_its_keywords_count_too() -> None:
     assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {0}
 
 
+# Passage 0 answers best as a whole (retrieval's first, closer and more of the question's
+# words); passage 1's two closest sentences add up to more.
+WHOLE = _scored(0, 0.60, 8.0, 0.55, 0.40, 0.35, 0.30, 0.20)
+SENTENCES = _scored(1, 0.40, 3.0, 0.54, 0.50, 0.25, 0.22, 0.10)
+BOTH_RANKED = sorted([*WHOLE, *SENTENCES], key=lambda s: s.score, reverse=True)
+
+
 @pytest.mark.parametrize(
-    ("question", "lang", "choice"),
+    ("question", "lang"),
+    [("when can't I do a stealth test?", "en"), ("什么时候不能进行潜行判定？", "zh")],
+)
+def test_a_when_not_question_quotes_both_passages_when_the_two_choices_differ(
+    question: str, lang: Lang
+) -> None:
+    quoted = quoted_sentences(question, lang, BOTH_RANKED, 7)
+    # the closest half, rounded up, of the sentences' choice; the rest of the other; best first
+    assert [(s.passage, s.score) for s in quoted] == [
+        (0, 0.55), (1, 0.54), (1, 0.50), (0, 0.40), (0, 0.35), (1, 0.25), (1, 0.22)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
     [
-        ("when can't I do a stealth test?", "en", BY_SENTENCES),
-        ("什么时候不能进行潜行判定？", "zh", BY_SENTENCES),
-        ("when can I do a stealth test?", "en", BY_SENTENCES_AND_PASSAGE),
-        ("can I skip the stealth test?", "en", BY_SENTENCES_AND_PASSAGE),
-        ("什么时候进行潜行判定？", "zh", BY_SENTENCES_AND_PASSAGE),
+        ("when can I do a stealth test?", "en"),
+        ("can I skip the stealth test?", "en"),
+        ("什么时候进行潜行判定？", "zh"),
     ],
 )
-def test_a_when_not_question_chooses_its_passage_by_the_sentences_alone(
-    question: str, lang: Lang, choice: PassageChoice
+def test_other_questions_quote_the_passage_that_answers_best_as_a_whole(
+    question: str, lang: Lang
 ) -> None:
-    assert passage_choice(question, lang) == choice
+    assert {s.passage for s in quoted_sentences(question, lang, BOTH_RANKED, 7)} == {0}
+
+
+def test_a_when_not_question_quotes_one_passage_when_both_choices_agree() -> None:
+    agreed = sorted([*WHOLE, *SENTENCES[1:]], key=lambda s: s.score, reverse=True)
+    quoted = quoted_sentences("when can't I do a stealth test?", "en", agreed, 7)
+    assert quoted == WHOLE
+    assert quoted_sentences("when can't I do a stealth test?", "en", [], 7) == []
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:

@@ -31,7 +31,7 @@ from rag.answering.checks import (
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.glossing import Glosser
-from rag.answering.quotes import deciding_sentences, make_quotes, passage_choice
+from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import RenderingStore, Translator
@@ -91,9 +91,7 @@ class Answerer:
             )
             yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
             return
-        deciding = deciding_sentences(
-            ranked, self.settings.quotes, passage_choice(question.text, question.lang)
-        )
+        deciding = quoted_sentences(question.text, question.lang, ranked, self.settings.quotes)
         quotes, quote_check = make_quotes(deciding)
         if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))

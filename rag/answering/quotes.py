@@ -57,15 +57,6 @@ BY_SENTENCES = PassageChoice()
 BY_SENTENCES_AND_PASSAGE = PassageChoice(passage_weight=0.5, lexical_weight=0.1, rank_penalty=0.04)
 
 
-def passage_choice(question: str, lang: Lang) -> PassageChoice:
-    """By the sentences alone for a question asking when something can't be done: the
-    condition on a thing is stated where the situation arises ("If you enter a tile … and DO
-    NOT have any monster cards attached to you, you may attempt a stealth test"), not in the
-    thing's own section, which the passage as a whole and retrieval's order favour (it
-    quoted the Stealth test section for "when can't I do a stealth test?")."""
-    return BY_SENTENCES if asks_when_not(question, lang) else BY_SENTENCES_AND_PASSAGE
-
-
 def deciding_sentences(
     ranked: Sequence[Sentence], most: int, choice: PassageChoice = BY_SENTENCES_AND_PASSAGE
 ) -> list[Sentence]:
@@ -79,6 +70,29 @@ def deciding_sentences(
     best_lexical = max((own[0].hit.lexical_score or 0.0) for own in by_passage.values())
     best = max(by_passage.values(), key=lambda own: choice.score(own, best_lexical))
     return best[:most]
+
+
+def quoted_sentences(
+    question: str, lang: Lang, ranked: Sequence[Sentence], most: int
+) -> list[Sentence]:
+    """The `most` sentences an answer quotes, best first: those of the passage that answers
+    best by its sentences and as a whole.
+
+    A question asking when something can't be done may be settled where the situation
+    arises ("If you enter a tile … and DO NOT have any monster cards attached to you, you
+    may attempt a stealth test") rather than in the thing's own section, which the passage
+    as a whole and retrieval's order favour. So when its sentences alone choose another
+    passage, both are quoted, the closest half (rounded up) of that one: on 31 questions of
+    that shape, 22 of them written blind, either choice alone missed evidence that both
+    together quote (eval/RESULTS.md, sessions 15 and 16)."""
+    best = deciding_sentences(ranked, most)
+    if not best or not asks_when_not(question, lang):
+        return best
+    by_sentences = deciding_sentences(ranked, most, BY_SENTENCES)
+    if by_sentences[0].hit.chunk.id == best[0].hit.chunk.id:
+        return best
+    both = by_sentences[: most - most // 2] + best[: most // 2]
+    return sorted(both, key=lambda s: s.score, reverse=True)
 
 
 def is_verbatim(text: str, hit: Hit) -> bool:
