@@ -165,10 +165,10 @@ class GenerationSettings(BaseModel):
     )
     min_score_unconcluded: float = Field(
         0.49,
-        description="A question whose conclusion failed its checks, and whose closest "
-        "sentence scores under this, is answered that the rulebook does not seem to say it "
-        "(the nearest rule text still shown): measured on the gold set and held out on the "
-        "real rulebooks (eval/RESULTS.md); 0: never.",
+        description="A question whose conclusion stated a number its quotes do not hold, "
+        "and whose closest sentence scores under this, is answered that the rulebook does "
+        "not seem to say it (the nearest rule text still shown): measured on the gold set "
+        "and held out on the real rulebooks (eval/RESULTS.md); 0: never.",
     )
     min_gloss_score: float = Field(
         0.6,

@@ -389,7 +389,7 @@ def test_selecting_no_sentence_abstains(settings: Settings) -> None:
     assert [p.task for p in generator.prompts] == ["select"]  # nothing more was written
 
 
-def test_no_checked_conclusion_and_no_close_sentence_seem_silent(settings: Settings) -> None:
+def test_an_invented_number_and_no_close_sentence_seem_silent(settings: Settings) -> None:
     generation = settings.generation.model_copy(update={"min_score_unconcluded": 0.99})
     doubtful = settings.model_copy(update={"generation": generation})
     question = ("What is the hand limit?", "Maximum Apocalypse")
@@ -410,6 +410,14 @@ def test_no_checked_conclusion_and_no_close_sentence_seem_silent(settings: Setti
         *question
     )
     assert not plain.abstained and plain.answer.startswith(phrases("en")["read_the_rule"])
+    # So does one that misreads a rule (its negation), however far: the rule is there.
+    misread = '{"conclusion": "There is no hand limit."}'
+    flipped = scripted_pipeline_with(doubtful, ScriptedGenerator(conclusions=[misread])).ask(
+        *question
+    )
+    failed = {c.name for c in flipped.checks if not c.passed}
+    assert "negation" in failed and "numbers" not in failed and flipped.conclusion is None
+    assert not flipped.abstained and flipped.answer.startswith(phrases("en")["read_the_rule"])
 
 
 def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Settings) -> None:
