@@ -207,6 +207,36 @@ def test_a_chinese_conclusion_is_checked_against_the_quote_translation() -> None
     assert negation_check("身上已附着怪物卡时，你不能尝试潜行判定。", quotes).passed
 
 
+def test_a_claim_is_read_against_the_rule_it_copies_not_a_longer_neighbour() -> None:
+    neighbour = quote(
+        "Long Range: eligible targets must be within 1 or 2 orthogonally adjacent tiles "
+        "away from your current tile."
+    )
+    copied = quote("You cannot target your current tile.")
+    assert negation_check("You cannot target your current tile.", [neighbour, copied]).passed
+    assert not negation_check("You can target your current tile.", [neighbour, copied]).passed
+    # ...and the stealth rule reversed is still caught beside another rule on monster cards
+    attached = quote(
+        "If you enter a tile with at least one monster token and have a monster card "
+        "attached to you, immediately draw a monster card for each token."
+    )
+    reversed_ = "You can't do a stealth test if you don't have any monster cards attached."
+    assert not negation_check(reversed_, [attached, quote(STEALTH)]).passed
+
+
+def test_a_claim_restating_one_of_two_clauses_keeps_that_clauses_negations() -> None:
+    quotes = [
+        quote(
+            "The maximum is 3 Monster tokens per tile; do not place any new tokens on tiles "
+            "that already have 3 tokens."
+        )
+    ]
+    assert negation_check("The maximum is 3 Monster tokens on a tile.", quotes).passed
+    assert not negation_check(
+        "You may place new tokens on tiles that have 3 tokens.", quotes
+    ).passed
+
+
 def test_a_yes_no_answer_word_is_not_counted_as_the_claims_negation() -> None:
     quotes = [quote("Monsters, in the current player's play area, activate and attack.")]
     assert negation_check(

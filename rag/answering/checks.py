@@ -303,13 +303,17 @@ def _words(text: str) -> set[str]:
 
 
 def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> int | None:
-    """Index of the source the sentence restates (`share` of its words in it), if any."""
+    """Index of the source the sentence restates, if it restates one (`share` of its words
+    in it): of those, the one most alike both ways (Dice overlap). A short claim ("You
+    cannot target your current tile.") has all its words in a long neighbouring rule too,
+    and should be read against the one it copies."""
     words = _words(_GLOSS.sub(" ", sentence))
     if len(words) < MIN_CLAIM_WORDS:
         return None
-    shares = [len(words & _words(source)) / len(words) for source in sources]
-    best = max(range(len(sources)), key=lambda i: shares[i], default=None)
-    return best if best is not None and shares[best] >= share else None
+    alike = [(len(words & own), own) for own in map(_words, sources)]
+    if not any(shared / len(words) >= share for shared, _ in alike):
+        return None
+    return max(range(len(sources)), key=lambda i: alike[i][0] / (len(words) + len(alike[i][1])))
 
 
 def flipped(claim: str, source: str) -> bool:
@@ -317,15 +321,27 @@ def flipped(claim: str, source: str) -> bool:
     return negations(claim) % 2 != negations(source) % 2
 
 
+# Clauses a semicolon joins state a rule each ("The maximum is 3 Monster tokens per tile;
+# do not place any new tokens on tiles that already have 3 tokens."): a claim restating one
+# carries only that one's negations.
+_SEMICOLON = re.compile(r"\s*[;；]\s*")
+
+
 def _sources(conclusion: str, quotes: Sequence[Quote]) -> list[tuple[int, str]]:
-    """What each quote is compared in: its own words, or its translation for a conclusion
-    in another language (no translation: not comparable)."""
+    """What each quote is compared in, clause by clause: its own words, or its translation
+    for a conclusion in another language (no translation: not comparable)."""
     foreign = bool(CJK_RE.search(conclusion))
     pairs = [
         (i, q.translation if foreign and not CJK_RE.search(q.text) else q.text)
         for i, q in enumerate(quotes)
     ]
-    return [(i, text) for i, text in pairs if text]
+    return [
+        (i, clause)
+        for i, text in pairs
+        if text
+        for clause in _SEMICOLON.split(text)
+        if clause.strip()
+    ]
 
 
 def _claims(conclusion: str) -> list[str]:
