@@ -228,7 +228,13 @@ def _ranked_texts(pipeline: Pipeline, item: GoldItem, answer: Answer, k: int) ->
     return [hit.chunk.text for hit in hits]
 
 
-def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: float) -> ItemScore:
+def _score(
+    item: GoldItem,
+    answer: Answer,
+    ranked: Sequence[str],
+    latency_s: float,
+    game_names: Sequence[str] = (),
+) -> ItemScore:
     conclusion = answer.conclusion
     right_way = None
     if item.probe and conclusion:
@@ -250,7 +256,8 @@ def _score(item: GoldItem, answer: Answer, ranked: Sequence[str], latency_s: flo
         concluded=conclusion is not None,
         right_way=right_way,
         probe=bool(item.probe),
-        invented_number=conclusion is not None and invents_a_number(conclusion, answer.quotes),
+        invented_number=conclusion is not None
+        and invents_a_number(conclusion, answer.quotes, game_names),
     )
 
 
@@ -268,27 +275,30 @@ def without_fixed_lines(answer: str) -> str:
     return answer
 
 
-def invents_a_number(conclusion: str, quotes: Sequence[Quote]) -> bool:
+def invents_a_number(
+    conclusion: str, quotes: Sequence[Quote], game_names: Sequence[str] = ()
+) -> bool:
     """The conclusion fails the answers' numbers check against every quote shown: it states
     a number no quote states, or counts a thing otherwise than the quotes do ("roll one
     die" beside "Roll the two Spawn dice")."""
-    return not numbers_check(conclusion, quotes).passed
+    return not numbers_check(conclusion, quotes, game_names).passed
 
 
 def evaluate_item(pipeline: Pipeline, item: GoldItem, k: int) -> ItemResult:
     """Ask one gold question and score the answer; refusals become failure results."""
     try:
-        slug = pipeline.resolve_game(item.game, item.question).slug
+        game = pipeline.resolve_game(item.game, item.question)
     except GameNotFoundError as exc:
         return _failure(item, UNRESOLVED, exc)
     started = time.perf_counter()
     try:
-        answer = pipeline.ask(item.question, slug, k)
+        answer = pipeline.ask(item.question, game.slug, k)
     except InputError as exc:
-        return _failure(item, slug, exc)
+        return _failure(item, game.slug, exc)
     latency_s = time.perf_counter() - started
     ranked = _ranked_texts(pipeline, item, answer, k)
-    return ItemResult(item, _score(item, answer, ranked, latency_s), answer.to_json())
+    score = _score(item, answer, ranked, latency_s, game.names())
+    return ItemResult(item, score, answer.to_json())
 
 
 def _open_items(out_dir: Path | None) -> AbstractContextManager[IO[str] | None]:

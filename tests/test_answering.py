@@ -290,6 +290,16 @@ def test_numbers_must_appear_in_the_quotes() -> None:
     assert not numbers_check("每回合抽三张牌。", quotes).passed
 
 
+def test_the_games_own_name_states_no_number() -> None:
+    quotes = [quote("You WIN a mission when you resolve all 3 Objective cards.")]
+    said = "To win a mission in DECK 52: Final Bus, resolve all 3 Objective cards."
+    assert not numbers_check(said, quotes).passed  # 52 is in no quote...
+    names = ("DECK 52: Final Bus", "deck-52", "Deck 52")
+    assert numbers_check(said, quotes, names).passed  # ...but it is the game's name
+    assert numbers_check("In Deck 52, resolve all 3 Objective cards.", quotes, names).passed
+    assert not numbers_check("In Deck 52, resolve all 4 Objective cards.", quotes, names).passed
+
+
 def test_a_thing_counted_otherwise_than_in_every_quote_that_counts_it_fails() -> None:
     quotes = [quote("Roll the two Spawn dice."), quote("Draw a card.", n=2)]
     failed = numbers_check("To spawn monsters, roll one die.", quotes)  # "one" is let pass...

@@ -681,6 +681,9 @@ def test_a_shown_conclusion_invents_a_number_it_states_or_counts_unlike_its_quot
     assert invents_a_number("Gain 5 AP.", quotes("Gain 3 AP each round."))
     assert invents_a_number("Roll one die.", quotes("Roll the two Spawn dice."))
     assert not invents_a_number("Draw one card.", quotes("Draw a card.", "Hold ten cards."))
+    in_deck_52 = "In Deck 52, draw a card."
+    assert invents_a_number(in_deck_52, quotes("Draw a card."))
+    assert not invents_a_number(in_deck_52, quotes("Draw a card."), ("Deck 52",))
 
 
 def test_key_facts_are_not_found_in_the_lines_every_answer_carries() -> None:

@@ -182,7 +182,7 @@ class Answerer:
         checks.append(marker_check)
         if conclusion:
             checks += [
-                numbers_check(conclusion, basis),
+                numbers_check(conclusion, basis, question.game.names()),
                 negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
                 quantity_check(conclusion, question.text, question.lang),

@@ -229,7 +229,13 @@ def unbounded(text: str, sources: Sequence[str]) -> list[Bound]:
     return [b for b in bounds(text) if not any(b.agrees(a) for a in allowed)]
 
 
-def numbers_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
+def numbers_check(
+    conclusion: str, quotes: Sequence[Quote], game_names: Sequence[str] = ()
+) -> Check:
+    """The numbers a conclusion states, counts and bounds, against its quotes'. The game's
+    own names are not claims ("To win a mission in DECK 52: Final Bus, …")."""
+    for name in sorted(game_names, key=len, reverse=True):
+        conclusion = re.sub(re.escape(name), " ", conclusion, flags=re.IGNORECASE)
     sources = [q.text for q in quotes]
     extra = unsupported_numbers(conclusion, sources)
     if extra:
