@@ -309,10 +309,10 @@ def _words(text: str) -> set[str]:
 
 
 def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> int | None:
-    """Index of the source the sentence restates, if it restates one (`share` of its words
-    in it): of those, the one most alike both ways (Dice overlap). A short claim ("You
-    cannot target your current tile.") has all its words in a long neighbouring rule too,
-    and should be read against the one it copies."""
+    """Index of the source the sentence restates, if it restates any (`share` of its words
+    in one): the source most alike it both ways (Dice overlap). A short claim ("You cannot
+    target your current tile.") has all its words in a long neighbouring rule too, and is
+    read against the one it copies."""
     words = _words(_GLOSS.sub(" ", sentence))
     if len(words) < MIN_CLAIM_WORDS:
         return None

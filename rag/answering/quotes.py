@@ -1,7 +1,8 @@
 """Quotes: rulebook sentences shown verbatim, with their section and page.
 
 Every answer has them, whichever backend runs: they are what a player can check. They come
-from one passage, the one that answers best: on the gold set, quoting the closest sentences
+from one passage, the one that answers best (two for a "when can't I …?" question when two
+ways of choosing disagree, `quoted_sentences`): on the gold set, quoting the closest sentences
 of one passage instead of the closest of all five carried more key facts and cited a
 passage holding the evidence far more often, and so did the held-out sets
 (`bench/quotes.py`, eval/RESULTS.md). A quote is shown only when its text is an
