@@ -139,7 +139,8 @@ class GenerationSettings(BaseModel):
         7,
         ge=1,
         description="Most sentences quoted, the closest to the question of the one passage "
-        "that answers best; the conclusion rests on the closest 3 of them (with `select`, on "
+        "that answers best (of two for a 'when can't I' question that two ways of choosing "
+        "disagree on); the conclusion rests on the closest 3 of them (with `select`, on "
         "those the LLM chooses). 7 carried more key facts than 5 on the gold set and held "
         "out, never fewer (bench/quotes.py, eval/RESULTS.md).",
     )
