@@ -17,6 +17,8 @@ from rag.types import Lang
 # CJK ideographs (basic, extension A, compatibility); kana are rare in our books.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 CJK_RE = re.compile(f"[{_CJK}]")
+# English in brackets inside Chinese text, a game term's gloss: 潜行判定（Stealth test）.
+ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
 _LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
 # A Chinese character weighs about as much as a latin word; above this share, text is zh.
 _ZH_SHARE = 0.3

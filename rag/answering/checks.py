@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rag.answering.rewording import asks_how_many
-from rag.lang import CJK_RE, detect_lang, sentence_spans, tokenize
+from rag.lang import CJK_RE, ENGLISH_GLOSS, detect_lang, sentence_spans, tokenize
 from rag.types import Check, Lang, Quote
 
 MARKER = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
@@ -433,16 +433,13 @@ def strip_markers(text: str, shown: Sequence[int]) -> tuple[str, Check]:
 # --- translations ------------------------------------------------------------------------
 
 
-_ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
-
-
 def foreign_glosses(translation: str, quote: str) -> list[str]:
     """Bracketed English terms in a rendering that its quote does not contain: the rendering
     gives a term's English word "the first time", and a word the quote lacks was not taken
     from it (the 1.5B model has returned the instruction's own example, 潜行判定（Stealth
     test）, as the "translation" of an unrelated sentence)."""
     own = _words(quote)
-    return [g for g in _ENGLISH_GLOSS.findall(translation) if not _words(g) <= own]
+    return [g for g in ENGLISH_GLOSS.findall(translation) if not _words(g) <= own]
 
 
 # A list item's own number ("2. Shuffle the deck."): a rendering may leave it out.

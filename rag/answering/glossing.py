@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag.lang import STOPWORDS, chinese_words
+from rag.lang import ENGLISH_GLOSS, STOPWORDS, chinese_words
 from rag.searching.embedding import Embedder
 from rag.types import Check, Chunk
 
@@ -39,7 +39,7 @@ _CHINESE_PHRASE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2,6}")
 # Particles and the like do not begin or end a term (附着了 is 附着 done).
 _NOT_AT_THE_EDGE = frozenset("的了地得着过和与或在是把被将就都也还又很")  # one character each
 # A bracket of English after a phrase glosses it already; （见下文） does not.
-_GLOSSED_ALREADY = re.compile(r"\s*[（(][^（）()]*[A-Za-z][^（）()]*[）)]")
+_GLOSSED_ALREADY = re.compile(r"\s*" + ENGLISH_GLOSS.pattern)
 
 
 @dataclass(frozen=True)
