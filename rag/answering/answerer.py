@@ -3,16 +3,15 @@
 passages -> candidates (their sentences, closest to the question first; none close
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, or of two for some "when can't I" questions, verbatim, shown at once) ->
-selection (with `select` on, the LLM names the
-quoted sentences that answer, none meaning the rulebook is silent; off, the closest three)
--> translation (of those, for a question in another language) -> conclusion (the LLM
-answers from those quotes alone) -> checks -> glosses (in a Chinese answer, the English
-game terms in brackets after the conclusion's and the renderings' words for them) ->
-assembly (every quote shown, the conclusion only when it passed; when it stated a number
-no quote holds and the closest sentence is far, under a line saying the rulebook does not
-seem to say). A yes/no question gets no selection and no conclusion unless `answer_yes_no`
-trusts the model's yes or no. With the extractive backend no model runs: the quotes are the
-answer.
+selection (with `select` on, the LLM names the quoted sentences that answer, none meaning
+the rulebook is silent; off, the closest three) -> translation (of those, for a question
+in another language) -> conclusion (the LLM answers from those quotes alone) -> checks ->
+glosses (in a Chinese answer, the English game terms in brackets after the conclusion's
+and the renderings' words for them) -> assembly (every quote shown, the conclusion only
+when it passed; when it stated a number no quote holds and the closest sentence is far,
+under a line saying the rulebook does not seem to say). A yes/no question gets no
+selection and no conclusion unless `answer_yes_no` trusts the model's yes or no. With the
+extractive backend no model runs: the quotes are the answer.
 """
 
 from __future__ import annotations

@@ -316,10 +316,11 @@ def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> 
     words = _words(_GLOSS.sub(" ", sentence))
     if len(words) < MIN_CLAIM_WORDS:
         return None
-    alike = [(len(words & own), own) for own in map(_words, sources)]
-    if not any(shared / len(words) >= share for shared, _ in alike):
+    overlaps = [(len(words & own), len(own)) for own in map(_words, sources)]
+    if not any(shared / len(words) >= share for shared, _ in overlaps):
         return None
-    return max(range(len(sources)), key=lambda i: alike[i][0] / (len(words) + len(alike[i][1])))
+    dice = [shared / (len(words) + size) for shared, size in overlaps]  # halved: same order
+    return max(range(len(sources)), key=dice.__getitem__)
 
 
 def flipped(claim: str, source: str) -> bool:
