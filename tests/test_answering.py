@@ -65,6 +65,15 @@ def test_the_rule_text_names_each_passage_once_above_its_sentences() -> None:
     ]
 
 
+def test_a_quoted_table_keeps_its_rows_on_lines_of_their_own() -> None:
+    shown = rule_text([quote("Number players\n4 15 4 1\n5 19 5 1")], "en")
+    assert shown.splitlines()[2:] == [
+        "    “Number players",
+        "     4 15 4 1",
+        "     5 19 5 1”",
+    ]
+
+
 def test_quotes_are_verbatim_numbered_by_passage_in_reading_order() -> None:
     quotes, check = make_quotes(
         [sentence(1, "Your hand limit is 10 cards."), sentence(0, STEALTH, 1)]

@@ -11,7 +11,7 @@ from rag.answering.quotes import (
     quoted_sentences,
 )
 from rag.pipeline import Pipeline
-from rag.searching.sentences import SentenceVectors
+from rag.searching.sentences import SentenceVectors, passage_sentences
 from rag.settings import Settings
 from rag.types import Lang
 
@@ -35,6 +35,31 @@ def test_sentences_are_ranked_closest_first() -> None:
     ]
     assert [s.score for s in ranked] == sorted((s.score for s in ranked), reverse=True)
     assert len(ranked) == 6  # "Setup is quick." is kept: 15 characters
+
+
+SETUP = (
+    "Prepare the Wire cards according to the number of players.\n"
+    "Number players\n"
+    "4 15 4 1\n"
+    "5 19 5 1\n"
+    "Deal five face down to each player. Roll dice.\n"
+    "2 6\n"
+    "Keep the rest in the box."
+)
+
+
+def test_a_table_of_numbers_is_quoted_whole_with_its_header_line() -> None:
+    assert passage_sentences(SETUP) == [
+        "Prepare the Wire cards according to the number of players.",
+        "Number players\n4 15 4 1\n5 19 5 1",
+        "Deal five face down to each player.",
+        "Keep the rest in the box.",
+    ]  # "Roll dice." and the lone row "2 6" are too short to quote
+
+
+def test_a_sentence_above_a_table_is_not_its_header() -> None:
+    text = "Use this table.\n2 13 1\n4 15 2\nMissions 2-3\n7-9 12"
+    assert passage_sentences(text) == ["Use this table.", "2 13 1\n4 15 2", "Missions 2-3"]
 
 
 def test_ranking_embeds_the_question_and_no_sentence() -> None:

@@ -46,7 +46,8 @@ def rule_text(quotes: Sequence[Quote], lang: Lang) -> str:
             page = f" {words['page'].format(page=quote.page)}" if quote.page else ""
             label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
             lines.append(f"[{quote.n}] {label}:")
-        lines.append(f"    “{quote.text}”")
+        # A table's rows keep their lines, under the quote's opening mark.
+        lines.append("    “" + quote.text.replace("\n", "\n     ") + "”")
         if quote.translation:
             lines.append(f"      {words['translation']}: {quote.translation}")
     return "\n".join(lines)

@@ -35,7 +35,8 @@ from rag.types import Chunk
 
 Progress = Callable[[str, int, int], None]
 
-FORMAT_VERSION = 3  # 2: the manifest counts the passages embedded and reused; 3: sentences
+FORMAT_VERSION = 4  # 2: the manifest counts the passages embedded and reused; 3: sentences;
+# 4: a table of numbers is one sentence
 
 
 def corpus_hash(corpus: Corpus) -> str:

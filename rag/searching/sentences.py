@@ -11,13 +11,14 @@ sentences: each distinct one is embedded once).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rag.lang import split_sentences
+from rag.lang import sentence_spans
 from rag.searching.embedding import Embedder, embedding_key
 from rag.types import Chunk
 
@@ -28,9 +29,56 @@ VECTORS_FILE = "sentences.npy"
 OnBatch = Callable[[int, int], None]
 
 
+# A table row is numbers alone ("7*- 8 5 3", "4 15 4 1": players, then a count per column).
+# One row is too short to quote and says nothing without its header, so a rulebook's
+# player-count tables were in no answer; a table is quoted whole, with the header line
+# above its rows when there is one (a short line that ends no sentence).
+_TABLE_CELL = re.compile(r"[\d*+\-–/%.,()]*\d[\d*+\-–/%.,()]*")
+MIN_TABLE_ROWS = 2
+MAX_HEADER_WORDS = 8
+
+
 def passage_sentences(text: str) -> list[str]:
-    """The sentences of a passage that can be quoted, in reading order."""
-    return [s.strip() for s in split_sentences(text) if len(s.strip()) >= MIN_SENTENCE_CHARS]
+    """The sentences of a passage that can be quoted, in reading order; a table of numbers
+    (header line and rows) is one."""
+    texts = [text[start:end] for start, end in _quotable_spans(text)]
+    return [t for t in texts if len(t) >= MIN_SENTENCE_CHARS]
+
+
+def _quotable_spans(text: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    pending = sentence_spans(text)
+    while pending:
+        rows = 0
+        while rows < len(pending) and _is_row(text[slice(*pending[rows])]):
+            rows += 1
+        if rows < MIN_TABLE_ROWS:
+            spans.append(pending.pop(0))
+            continue
+        start, end = pending[0][0], pending[rows - 1][1]
+        if spans and _is_header(text, *spans[-1], start):
+            start = spans.pop()[0]
+        spans.append((start, end))
+        del pending[:rows]
+    return spans
+
+
+def _is_row(line: str) -> bool:
+    cells = line.split()
+    return len(cells) >= 2 and all(map(_TABLE_CELL.fullmatch, cells))
+
+
+def _is_header(text: str, start: int, end: int, table: int) -> bool:
+    """Whether text[start:end] is the line right above a table starting at `table`."""
+    line = text[start:end]
+    on_own_line = start == 0 or text[start - 1] == "\n"
+    return (
+        on_own_line
+        and "\n" in text[end:table]
+        and not text[end:table].strip()
+        and len(line.split()) <= MAX_HEADER_WORDS
+        and not line.rstrip().endswith(tuple(".!?:;。！？：；"))
+    )
 
 
 @dataclass(frozen=True)
