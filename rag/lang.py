@@ -19,6 +19,17 @@ _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 CJK_RE = re.compile(f"[{_CJK}]")
 # English in brackets inside Chinese text, a game term's gloss: 潜行判定（Stealth test）.
 ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
+
+# A table cell holding a number ("15", "4*-", "2/3"): a line of them is a table's row.
+_NUMBER_CELL = re.compile(r"[\d*+\-–/%.,()]*\d[\d*+\-–/%.,()]*")
+
+
+def is_number_row(line: str) -> bool:
+    """Whether a line is numbers alone ("7*- 8 5 3", "4 | 15 | 4 | 1"), a table's row."""
+    cells = [c for c in line.split() if c != "|"]
+    return len(cells) >= 2 and all(map(_NUMBER_CELL.fullmatch, cells))
+
+
 _LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
 # A Chinese character weighs about as much as a latin word; above this share, text is zh.
 _ZH_SHARE = 0.3

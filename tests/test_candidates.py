@@ -57,6 +57,11 @@ def test_a_table_of_numbers_is_quoted_whole_with_its_header_line() -> None:
     ]  # "Roll dice." and the lone row "2 6" are too short to quote
 
 
+def test_a_table_read_from_a_pdf_is_quoted_whole_with_its_cell_marks() -> None:
+    text = "Number of players | Sherlock Team | Moriarty Team\n4*- 5 | 3 | 2\n6 | 4 | 2"
+    assert passage_sentences(text) == [text]
+
+
 def test_a_sentence_above_a_table_is_not_its_header() -> None:
     text = "Use this table.\n2 13 1\n4 15 2\nMissions 2-3\n7-9 12"
     assert passage_sentences(text) == ["Use this table.", "2 13 1\n4 15 2", "Missions 2-3"]

@@ -155,6 +155,32 @@ def test_drop_capital_is_rejoined_to_its_word(tmp_path: Path) -> None:
     assert " L " not in f" {text} "
 
 
+def test_a_table_is_read_cell_by_cell(tmp_path: Path) -> None:
+    """A header whose cells take two lines is read down each cell, not across the page; a
+    row of numbers keeps its cells apart. Prose above it is read as before."""
+
+    def page(canvas: Canvas) -> None:
+        prepare = "Prepare the Role cards according to the number of players."
+        _lines(canvas, 60, 40, ["Setup takes a few minutes.", "Sort the cards by type.", prepare])
+        canvas.setFont("Times-Roman", 9)
+        for x, cell in ((60, ["Number of", "players"]), (150, ["Sherlock", "Team"]),
+                        (230, ["Moriarty", "Team"])):  # fmt: skip
+            for i, text in enumerate(cell):
+                canvas.drawString(x, HEIGHT - 120 - i * 10, text)
+        for i, row in enumerate((("4-5", "3", "2"), ("6", "4", "2"))):
+            for x, text in zip((60, 150, 230), row, strict=True):
+                canvas.drawString(x, HEIGHT - 145 - i * 22, text)
+
+    assert _body(read_pdf(_pdf(tmp_path / "table.pdf", page))) == [
+        "Setup takes a few minutes.",
+        "Sort the cards by type.",
+        "Prepare the Role cards according to the number of players.",
+        "Number of players | Sherlock Team | Moriarty Team",
+        "4-5 | 3 | 2",
+        "6 | 4 | 2",
+    ]
+
+
 def test_headings_come_from_font_size_and_weight(tmp_path: Path) -> None:
     def page(canvas: Canvas) -> None:
         _heading(canvas, 60, 60, "Playing the Game", size=20)

@@ -12,6 +12,8 @@ second here. From the characters:
 - a large single letter starting a line (a drop capital) is rejoined to its word;
 - lines join into paragraphs until the style changes, the spacing widens or a short line
   ends a sentence; end-of-line hyphens are joined;
+- a table's rows of numbers stay lines of their own, cells marked " | ", and a header whose
+  cells take two or three lines is read down each cell, not across the page;
 - page numbers and running headers/footers in the page margins are dropped;
 - headings are the paragraphs set in a larger size or in bold, levelled by size, or the
   PDF's own bookmarks when it has them; they are written as '#' lines.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rag.errors import IngestError
-from rag.lang import CJK_RE
+from rag.lang import CJK_RE, is_number_row
 
 _TINY = 0.55  # of the body size: smaller text is decoration, not rules
 _DROP_CAP = 1.8  # of the body size: a lone letter this large starts a paragraph
@@ -320,6 +322,8 @@ def _usual_pitch(lines: list[_Line]) -> float:
 def _starts_paragraph(before: _Line, line: _Line, pitch: float, column_right: float) -> bool:
     if before.size != line.size or before.column != line.column or _is_item(line):
         return True
+    if _is_number_row(before) or _is_number_row(line):  # a table's rows are lines apart
+        return True
     gap = line.top - before.top
     if gap <= 0 or (pitch and gap > _PARAGRAPH_PITCH * max(pitch, line.size)):
         return True
@@ -352,7 +356,9 @@ def _paragraphs(lines: list[_Line]) -> list[_Paragraph]:
         else:
             paragraphs[-1].lines.append(line)
     for paragraph in paragraphs:
-        paragraph.text = _joined(line.text for line in paragraph.lines)
+        paragraph.text = _table_text(paragraph.lines) or _joined(
+            line.text for line in paragraph.lines
+        )
     return paragraphs
 
 
@@ -369,6 +375,52 @@ def _joined(texts: Iterable[str]) -> str:
         else:
             out += " " + text
     return out
+
+
+# ---------------------------------------------------------------- tables
+
+_CELL_GAP = 1.0  # of the text size: a wider gap between words on a line separates cells
+
+
+def _cells(line: _Line) -> list[_Line]:
+    """The line cut where words stand a cell gap apart."""
+    cells = [[line.words[0]]]
+    for before, word in pairwise(line.words):
+        if word.x0 - before.x1 > _CELL_GAP * word.size:
+            cells.append([])
+        cells[-1].append(word)
+    return [_Line(words, line.page, line.column) for words in cells]
+
+
+def _is_number_row(line: _Line) -> bool:
+    return len(_cells(line)) >= 2 and is_number_row(line.text)
+
+
+def _overlaps(a: _Line, b: _Line) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1
+
+
+def _table_text(lines: list[_Line]) -> str | None:
+    """A table's row or header as its cells, " | " between them, or None for other text.
+
+    A row is numbers alone in cells ("4*- 5   3   2" -> "4*- 5 | 3 | 2"). A header whose
+    cells take two or three lines ("Number of / players", "Sherlock / Team") would read
+    across ("Number of Sherlock players Team"); it is read down each cell instead, when
+    each cell of a lower line stands under one cell of the first line and no other.
+    """
+    first, *lower = [_cells(line) for line in lines]
+    if len(first) < 2 or len(lower) > 2:
+        return None
+    if not lower:
+        return " | ".join(cell.text for cell in first) if _is_number_row(lines[0]) else None
+    columns: list[list[str]] = [[cell.text] for cell in first]
+    for row in lower:
+        under = [[i for i, top in enumerate(first) if _overlaps(cell, top)] for cell in row]
+        if any(len(found) != 1 for found in under) or len({f[0] for f in under}) < len(row):
+            return None
+        for cell, (i,) in zip(row, under, strict=True):
+            columns[i].append(cell.text)
+    return " | ".join(_joined(column) for column in columns)
 
 
 # ---------------------------------------------------------------- furniture and headings

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.lang import sentence_spans
+from rag.lang import is_number_row, sentence_spans
 from rag.searching.embedding import Embedder, embedding_key
 from rag.types import Chunk
 
@@ -33,7 +33,6 @@ OnBatch = Callable[[int, int], None]
 # One row is too short to quote and says nothing without its header, so a rulebook's
 # player-count tables were in no answer; a table is quoted whole, with the header line
 # above its rows when there is one (a short line that ends no sentence).
-_TABLE_CELL = re.compile(r"[\d*+\-–/%.,()]*\d[\d*+\-–/%.,()]*")
 MIN_TABLE_ROWS = 2
 MAX_HEADER_WORDS = 8
 
@@ -50,7 +49,7 @@ def _quotable_spans(text: str) -> list[tuple[int, int]]:
     pending = sentence_spans(text)
     while pending:
         rows = 0
-        while rows < len(pending) and _is_row(text[slice(*pending[rows])]):
+        while rows < len(pending) and is_number_row(text[slice(*pending[rows])]):
             rows += 1
         if rows < MIN_TABLE_ROWS:
             spans.append(pending.pop(0))
@@ -63,11 +62,6 @@ def _quotable_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _is_row(line: str) -> bool:
-    cells = line.split()
-    return len(cells) >= 2 and all(map(_TABLE_CELL.fullmatch, cells))
-
-
 def _is_header(text: str, start: int, end: int, table: int) -> bool:
     """Whether text[start:end] is the line right above a table starting at `table`."""
     line = text[start:end]
@@ -76,7 +70,7 @@ def _is_header(text: str, start: int, end: int, table: int) -> bool:
         on_own_line
         and "\n" in text[end:table]
         and not text[end:table].strip()
-        and len(line.split()) <= MAX_HEADER_WORDS
+        and len(re.findall(r"\w+", line)) <= MAX_HEADER_WORDS
         and not line.rstrip().endswith(tuple(".!?:;。！？：；"))
     )
 
