@@ -2,12 +2,14 @@
 the checks that do not trust the model, abstention and the order of what is shown."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
+from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import rule_text
-from rag.answering.candidates import Sentence
+from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.checks import (
     answer_word_check,
     bounds,
@@ -24,8 +26,9 @@ from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt, selection_schema
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
-from rag.settings import Settings
-from rag.types import Quote
+from rag.searching.sentences import SentenceVectors
+from rag.settings import GenerationSettings, Settings
+from rag.types import Answer, GameInfo, Quote
 
 STEALTH = (
     "If you enter a tile with at least one Monster token and DO NOT have any monster cards "
@@ -414,6 +417,37 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
     failed = [c.name for c in answer.checks if not c.passed]
     assert "numbers" in failed and "quotes" not in failed
     assert json.loads(json.dumps(answer.to_json()))["checks"]
+
+
+def test_a_when_not_question_is_answered_by_the_rules_condition_turned_round() -> None:
+    """Asked when a stealth test is not allowed, over the rule saying when it is, the answer
+    is that rule's condition turned round, written by no model and checked like any."""
+    generator = ScriptedGenerator()
+    embedder = FakeEmbedder()
+    sentences, _ = SentenceVectors.embed([hit.chunk for hit in HITS], embedder)
+    answerer = Answerer(
+        CandidateSelector(embedder, lambda: sentences),
+        generator,
+        GenerationSettings(min_sentence_score=0, min_score_unconcluded=0),
+    )
+    game = GameInfo("maximum-apocalypse", "Maximum Apocalypse", (), "en", "", Path("book"))
+
+    def answer_to(text: str) -> Answer:
+        events = list(answerer.stream(Question(text, "en", game), HITS))
+        assert events[-1].answer is not None
+        return events[-1].answer
+
+    answer = answer_to("when can't I do a stealth test?")
+    assert answer.conclusion == (
+        "You can't do a stealth test unless you enter a tile with at least one Monster token "
+        "and DO NOT have any monster cards attached to you."
+    )
+    assert generator.prompts == []
+    assert all(c.passed for c in answer.checks)
+    assert "unless" in {c.name for c in answer.checks}
+    # a question the frame does not fit goes to the model as before
+    answer_to("when can I do a stealth test?")
+    assert [p.task for p in generator.prompts] == ["conclude"]
 
 
 def test_a_how_many_question_answered_without_a_number_is_not_concluded(

@@ -18,7 +18,7 @@ from rag.generation import (
 )
 from rag.lang import split_sentences
 from rag.pipeline import Pipeline
-from rag.prompting import Prompt, phrases
+from rag.prompting import Prompt
 from rag.settings import Settings
 
 STEALTH = (
@@ -144,10 +144,12 @@ def test_a_sentence_said_twice_and_short_repeats_pass() -> None:
     assert "".join(stop_repeating(pieces)).strip() == answer
 
 
-# A conclusion sentence giving the stealth rule backwards: forbidding the test exactly when
-# the player has no monster card attached, the case in which the rulebook allows it.
+# A conclusion sentence giving the stealth rule backwards forbids the test exactly when the
+# player has no monster card attached, the case in which the rulebook allows it; forbidding
+# it "unless" none is attached is the rule turned round, the right way.
 _FORBIDS = re.compile(r"can't|cannot|can not|may not|不能|不可以|无法", re.IGNORECASE)
 _NO_CARDS = re.compile(r"do not have|don't have|no monster card|without|没有|未", re.IGNORECASE)
+_UNLESS = re.compile(r"\bunless\b|除非", re.IGNORECASE)
 
 
 _STEALTH_QUESTIONS = ["when can't I do a stealth test?", "什么时候不能进行潜行判定？"]
@@ -155,18 +157,19 @@ _STEALTH_QUESTIONS = ["when can't I do a stealth test?", "什么时候不能进�
 
 @pytest.mark.real_models
 @pytest.mark.parametrize("question", _STEALTH_QUESTIONS)
-def test_default_llm_never_shows_the_stealth_rule_backwards(
+def test_the_stealth_question_is_answered_the_right_way_round(
     real_settings: Settings, question: str
 ) -> None:
-    """The deciding rule is quoted; a conclusion, when one passes the checks, is the right
-    way round (with this model it is often withheld: eval/RESULTS.md)."""
+    """The deciding rule is quoted, and the conclusion says when the test cannot be taken:
+    not unless the rule's condition holds (rewording.unless_frame), never forbidding it
+    when no monster card is attached."""
     answer = Pipeline(real_settings).ask(question, "Maximum Apocalypse")
     assert answer.backend == "llama:qwen2.5-1.5b-instruct" and not answer.abstained
     assert "Encountering monster tokens" in {q.label for q in answer.quotes}
     assert all(q.text in answer.answer for q in answer.quotes)
     conclusion = answer.conclusion
-    if conclusion is None:
-        assert answer.answer.startswith(phrases(answer.lang)["read_the_rule"])
-        return
+    assert conclusion is not None, answer.answer
+    assert _FORBIDS.search(conclusion), conclusion  # the case asked about
     for sentence in split_sentences(conclusion):
-        assert not (_FORBIDS.search(sentence) and _NO_CARDS.search(sentence)), conclusion
+        backwards = _FORBIDS.search(sentence) and _NO_CARDS.search(sentence)
+        assert not backwards or _UNLESS.search(sentence), conclusion

@@ -1,7 +1,7 @@
 import pytest
 
 from rag.answering.conclusion import conclusion_prompt
-from rag.answering.rewording import both_sides
+from rag.answering.rewording import allowing_condition, both_sides, unless_frame
 from rag.types import Quote
 
 
@@ -94,3 +94,83 @@ def test_the_model_reads_the_reworded_question_but_the_prompt_keeps_the_asked_on
     prompt = conclusion_prompt("什么时候不能进行潜行判定？", "zh", [rule], game_title="Game")
     assert "<<<什么时候可以进行潜行判定，什么时候不能？>>>" in prompt.messages[-1]["content"]
     assert prompt.question == "什么时候不能进行潜行判定？"
+
+
+@pytest.mark.parametrize(
+    ("question", "lang", "frame"),
+    [
+        (
+            "when can't I do a stealth test?",
+            "en",
+            "You can't do a stealth test unless {condition}.",
+        ),
+        (
+            "When can't I hand my cards to another player?",
+            "en",
+            "You can't hand your cards to another player unless {condition}.",
+        ),
+        ("什么时候不能进行潜行判定？", "zh", "除非{condition}，否则不能进行潜行判定。"),
+        ("什么情况下我不能搜刮？", "zh", "除非{condition}，否则你不能搜刮。"),
+    ],
+)
+def test_a_question_asking_when_not_allowed_is_answered_around_the_rules_condition(
+    question: str, lang: str, frame: str
+) -> None:
+    rule = "If you enter a tile and DO NOT have any monster cards attached, you may attempt one."
+    assert unless_frame(question, lang, rule) == frame  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("question", "rule"),
+    [
+        ("when can't I do a stealth test?", "You cannot attempt a stealth test while stunned."),
+        ("When don't I get the 3 AP?", "Players gain 3 AP at the start of every turn."),
+        ("When can't I rest?", "You gain 3 AP at the start of every turn except the first."),
+        ("When can't my hero rest?", "A Hero may rest if TIRED."),
+        ("When can I rest?", "A Hero may rest if TIRED."),
+    ],
+)
+def test_no_frame_for_a_negative_or_excepting_rule_another_subject_or_not_being_allowed(
+    question: str, rule: str
+) -> None:
+    """A "cannot" rule or one naming its exception is copied the right way round; "X happens
+    when C" does not say that nothing else brings X about; "my hero" is not the asker."""
+    assert unless_frame(question, "en", rule) is None
+
+
+@pytest.mark.parametrize(
+    ("rule", "lang", "condition"),
+    [
+        (
+            "If you enter a tile and DO NOT have any monster cards attached, you may attempt one.",
+            "en",
+            "you enter a tile and DO NOT have any monster cards attached",
+        ),
+        (
+            "You may give Scavenge cards to another player as long as you are on the same tile.",
+            "en",
+            "you are on the same tile",
+        ),
+        (
+            "如果你进入一个有怪物标记的方块，且你没有附着任何怪物卡，你可以尝试潜行判定。",
+            "zh",
+            "你进入一个有怪物标记的方块，且你没有附着任何怪物卡",
+        ),
+        ("你可以把搜刮卡交给其他玩家，只要你们在同一个方块上。", "zh", "你们在同一个方块上"),
+    ],
+)
+def test_the_condition_a_rule_allows_under_is_found(rule: str, lang: str, condition: str) -> None:
+    assert allowing_condition(rule, lang) == condition  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("rule", "lang"),
+    [
+        ("A player can decide not to attempt a stealth test: they draw a card instead.", "en"),
+        ("Roll the two Spawn dice, and compare the result with your stealth.", "en"),
+        ("If the roll is higher, draw a monster card for each token.", "en"),
+        ("玩家可以选择不进行潜行判定。", "zh"),
+    ],
+)
+def test_a_rule_allowing_nothing_under_a_condition_has_none(rule: str, lang: str) -> None:
+    assert allowing_condition(rule, lang) is None  # type: ignore[arg-type]

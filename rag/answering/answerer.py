@@ -33,7 +33,7 @@ from rag.answering.checks import (
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.glossing import Glosser
 from rag.answering.quotes import make_quotes, quoted_sentences
-from rag.answering.rewording import asks_yes_or_no
+from rag.answering.rewording import allowing_condition, asks_yes_or_no, unless_frame
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
@@ -121,9 +121,17 @@ class Answerer:
                 checks.append(translation_check)
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
+            frame = unless_frame(question.text, question.lang, deciding[0].text)
+            turned = _turned_round(frame, basis, chosen, question.lang) if frame else None
             if not concluding:
                 _, quotes = self._glossed(question, None, basis, quotes, checks)
                 answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
+            elif turned is not None:  # no model call: the rule's own condition, turned round
+                conclusion, composed = turned
+                checks.append(composed)
+                answer = self._concluded(
+                    question, hits, quotes, basis, conclusion, checks, ranked[0].score
+                )
             else:
                 reply: list[str] = []
                 prompt = conclusion_prompt(
@@ -136,8 +144,9 @@ class Answerer:
                 )
                 for text in stream_conclusion(self.generator.stream(prompt), reply):
                     yield StreamEvent("token", text=text)
+                written = parse_conclusion("".join(reply), question.text, question.lang)
                 answer = self._concluded(
-                    question, hits, quotes, basis, "".join(reply), checks, ranked[0].score
+                    question, hits, quotes, basis, written, checks, ranked[0].score
                 )
         answer.timings.generate_s = time.perf_counter() - started
         yield StreamEvent("answer", answer=answer)
@@ -169,16 +178,14 @@ class Answerer:
         hits: list[Hit],
         quotes: list[Quote],
         basis: list[Quote],
-        reply: str,
+        written: str,
         checks: list[Check],
         closest: float,
     ) -> Answer:
         """The answer showing `quotes`, concluded from `basis` (the selected ones) when the
-        conclusion passes the checks against them. When it does not, and the closest
+        conclusion `written` passes the checks against them. When it does not, and the closest
         sentence (`closest`, its score) is not close either, the rulebook seems silent."""
-        conclusion, marker_check = strip_markers(
-            parse_conclusion(reply, question.text, question.lang), [q.n for q in basis]
-        )
+        conclusion, marker_check = strip_markers(written, [q.n for q in basis])
         checks.append(marker_check)
         if conclusion:
             checks += [
@@ -282,6 +289,25 @@ class Answerer:
         return not_covered_answer(
             question.text, question.game.slug, question.lang, hits, self.generator.name, checks
         )
+
+
+def _turned_round(
+    frame: str, basis: Sequence[Quote], chosen: Sequence[Sentence], lang: Lang
+) -> tuple[str, Check] | None:
+    """The unless `frame` filled with the condition of the closest chosen rule that allows
+    the thing under one (in the asker's language: its kept rendering, if it has one), and
+    the check saying so; None when no chosen rule is shaped that way."""
+    shown = {(q.chunk_id, q.text): q for q in basis}
+    for sentence in chosen:  # closest first
+        quote = shown.get((sentence.hit.chunk.id, sentence.text))
+        if quote is None:
+            continue
+        rule = quote.text if sentence.hit.chunk.lang == lang else quote.translation
+        condition = allowing_condition(rule, lang) if rule else None
+        if condition:
+            composed = Check("unless", True, f"quote {quote.n}'s condition, turned round")
+            return frame.replace("{condition}", condition), composed
+    return None
 
 
 def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote]:

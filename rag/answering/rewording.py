@@ -87,6 +87,101 @@ def asks_when_not(question: str, lang: Lang) -> bool:
     return _when_not(question, lang) is not None
 
 
+# Words of the asker, as the answer says them back.
+_EN_PERSON = {
+    "i": "you",
+    "me": "you",
+    "my": "your",
+    "mine": "yours",
+    "myself": "yourself",
+    "i've": "you've",
+    "i'm": "you're",
+    "we": "you",
+    "us": "you",
+    "our": "your",
+}
+_EN_WORD = re.compile(r"[A-Za-z']+")
+
+
+# Only a question about being allowed is turned round: "you may X if C" means you cannot X
+# unless C, but "X happens when C" does not say that nothing else brings X about.
+_PERMISSION = frozenset(
+    {"can't", "cannot", "can not", "may not", "不能", "不可以", "不可", "无法", "不得"}
+)
+# A rule that names its own exception ("every turn except the first") is copied as it is.
+_EXCEPTION = re.compile(
+    r"\b(?:except|unless|other than|but not)\b|除了|除非|以外|之外", re.IGNORECASE
+)
+
+
+def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | None:
+    """The answer to a question asking only when something is not allowed, whose closest
+    rule says when it is, with a {condition} for the model to copy from that rule:
+    "You can't do a stealth test unless {condition}." / "除非{condition}，否则不能进行潜行判定。".
+
+    A 1.5B model asked for the "can't" case states the allowed one, or drops a "not" when it
+    turns the rule round; copying the condition is what it does well, and the turn is made
+    here. None when the closest rule is itself negative or names its exception (the model
+    copies those the right way round), or for an English question whose subject is not
+    the asker.
+    """
+    if closest_rule is not None and (_is_negative(closest_rule) or _EXCEPTION.search(closest_rule)):
+        return None
+    match = _when_not(question, lang)
+    if match is None or match["neg"].lower() not in _PERMISSION:
+        return None
+    if lang == "zh":
+        subject = match["subject"].replace("我", "你")
+        rest = match["rest"].replace("我", "你")
+        return f"除非{{condition}}，否则{subject}{match['neg']}{rest}。"
+    words = match["rest"].split(maxsplit=1)
+    if len(words) < 2 or words[0].lower() not in ("i", "we"):
+        return None
+    rest = _EN_WORD.sub(lambda w: _EN_PERSON.get(w[0].lower(), w[0]), words[1])
+    return f"You {match['neg'].lower()} {rest} unless {{condition}}."
+
+
+# A rule allowing something under a condition, the condition captured: "If C, you may X",
+# "You may X as long as C", "如果C，你可以X", "只要C，就可以X".
+_EN_SUBJECT = r"(?:you|a player|players|they|he|she|he/she|the player|each player)"
+_EN_ALLOWING = (
+    re.compile(
+        r"^\s*(?:if|when|whenever|as long as|provided that)\s+(?P<condition>.+),\s*"
+        rf"{_EN_SUBJECT}\s+(?:may|can|are allowed to|is allowed to)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        rf"^\s*{_EN_SUBJECT}\s+(?:may|can|are allowed to|is allowed to)\s+[^,;:]+?\s+"
+        r"(?:only\s+)?(?:if|when|whenever|while|as long as|provided that)\s+"
+        r"(?P<condition>[^;:]+?)\s*[.!]?\s*$",
+        re.IGNORECASE,
+    ),
+)
+_ZH_ALLOWING = (
+    re.compile(
+        r"^\s*(?:如果|若|假如|当|只要)(?P<condition>.+?)(?:的时候|时)?[，,]\s*"
+        r"(?:你|玩家|他们|他|她)?(?:就)?(?:可以|能够|能)"
+    ),
+    re.compile(
+        r"^.*?(?:可以|能够|能)[^，,。]+[，,]\s*(?:只要|如果|当)(?P<condition>[^。；]+?)(?:的时候|时)?\s*。?\s*$"
+    ),
+)
+_END = re.compile(r"[\s.。，,；;！!]+$")
+
+
+def allowing_condition(rule: str, lang: Lang) -> str | None:
+    """The condition under which a rule allows something ("If C, you may X" -> C), if it is
+    shaped that way."""
+    for pattern in _ZH_ALLOWING if lang == "zh" else _EN_ALLOWING:
+        match = pattern.match(rule.replace("\u2019", "'"))
+        if match:
+            condition = _END.sub("", match["condition"]).strip()
+            if lang == "en" and condition[:1].isupper() and not condition[:2].isupper():
+                condition = condition[0].lower() + condition[1:]
+            return condition or None
+    return None
+
+
 def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> str:
     """The question asking when something is allowed and when not, if it asks only the
     "not" side as a when/where question and `closest_rule` (the rulebook sentence closest
