@@ -211,6 +211,14 @@ _EN_AUXILIARY = re.compile(
     re.IGNORECASE,
 )
 _CLAUSE_BREAK = re.compile(r"[,;:.!?，；：。！]\s*")
+# A question word opening a clause, or anywhere before a clause's auxiliary.
+_EN_QUESTION_WORD = re.compile(r"\b(?:what|which|how|when|where|who|whom|whose|why)\b", re.I)
+# A clause's leading phrase before its auxiliary: "with 8 players do we use every card?".
+_EN_LEADING_PHRASE = re.compile(
+    r"^(?:with|in|during|at|on|after|before|for|while|once|by)\s+(?P<phrase>.{1,40}?)\s+"
+    r"(?=(?:can|could|do|does|did|is|are|may|must|should|will|would|has|have)\s)",
+    re.IGNORECASE,
+)
 _ZH_YES_NO = re.compile(r"吗\s*[？?]?\s*$|是否|能否|可否|([\u4e00-\u9fff])不\1|有没有")
 
 
@@ -219,8 +227,20 @@ def asks_yes_or_no(question: str, lang: Lang) -> bool:
     text = question.strip()
     if lang == "zh":
         return bool(_ZH_YES_NO.search(text))
-    clauses = [c for c in _CLAUSE_BREAK.split(text) if c.strip()]
-    return bool(clauses) and bool(_EN_AUXILIARY.match(clauses[-1].strip()))
+    clauses = [c.strip() for c in _CLAUSE_BREAK.split(text) if c.strip()]
+    if not clauses:
+        return False
+    # "If the Dog dies, can I keep playing?"; "With 8 players do we use every card?"
+    last = clauses[-1]
+    leading = _EN_LEADING_PHRASE.match(last)
+    if leading and not _EN_QUESTION_WORD.search(leading["phrase"]):
+        last = last[leading.end() :]
+    if _EN_AUXILIARY.match(last):
+        return True
+    # "Can I put a second token on it, to double it again?"; not "Can I dodge? How?"
+    return bool(_EN_AUXILIARY.match(clauses[0])) and not any(
+        _EN_QUESTION_WORD.match(c) for c in clauses[1:]
+    )
 
 
 # A question asking for a quantity: "how many …?", "how much …?", 多少, 几 (not 哪几, "which
