@@ -5,7 +5,9 @@ enough: the rulebook is silent) -> quotes (the closest sentences of the passage 
 answers best, or of two for some "when can't I" questions, verbatim, shown at once) ->
 selection (with `select` on, the LLM names the quoted sentences that answer, none meaning
 the rulebook is silent; off, the closest three) -> translation (of those, for a question
-in another language) -> conclusion (the LLM answers from those quotes alone) -> checks ->
+in another language) -> conclusion (the LLM answers from those quotes alone; a "when can't
+I X?" question over a chosen rule allowing X under a condition gets that condition turned
+round instead, written by no model: rewording.unless_frame) -> checks ->
 glosses (in a Chinese answer, the English game terms in brackets after the conclusion's
 and the renderings' words for them) -> assembly (every quote shown, the conclusion only
 when it passed; when it stated a number no quote holds and the closest sentence is far,

@@ -7,7 +7,9 @@ backwards when the rule says when something is allowed: asked "when can't I do a
 test?", it states the very case in which the rulebook allows one. So a negated when/where
 question is asked both ways round unless the sentence closest to it is itself negative.
 Only the question the model reads is reworded; retrieval, evidence selection and the
-answer's language use the question as asked.
+answer's language use the question as asked. A question whether something is allowed, over
+a rule allowing it under a condition, needs no model: its answer is that condition turned
+round (`unless_frame`, `allowing_condition`).
 """
 
 from __future__ import annotations
