@@ -2,28 +2,55 @@ import pytest
 
 from rag.answering.conclusion import conclusion_prompt
 from rag.answering.rewording import allowing_condition, both_sides, unless_frame
-from rag.types import Quote
+from rag.types import Lang, Quote
+
+ALLOWING = "If you enter a tile and DO NOT have any monster cards attached, you may attempt one."
 
 
 @pytest.mark.parametrize(
-    ("question", "lang", "reworded"),
+    ("question", "lang", "reworded", "frame"),
     [
-        ("when can't I do a stealth test?", "en", "when can I do a stealth test, and when not?"),
-        ("When can’t I trade", "en", "When can I trade, and when not?"),
-        ("Where cannot a player end?", "en", "Where can a player end, and where not?"),
+        (
+            "when can't I do a stealth test?",
+            "en",
+            "when can I do a stealth test, and when not?",
+            "You can't do a stealth test unless {condition}.",
+        ),
+        (
+            "When can’t I hand my cards over",
+            "en",
+            "When can I hand my cards over, and when not?",
+            "You can't hand your cards over unless {condition}.",
+        ),
+        ("Where cannot a player end?", "en", "Where can a player end, and where not?", None),
         (
             "In which cases don't docile monsters activate?",
             "en",
             "In which cases do docile monsters activate, and in which cases not?",
+            None,  # "X happens when C" does not say that nothing else brings X about
         ),
-        ("什么时候不能进行潜行判定？", "zh", "什么时候可以进行潜行判定，什么时候不能？"),
-        ("玩家什么时候不会受到推动？", "zh", "玩家什么时候会受到推动，什么时候不会？"),
+        (
+            "什么时候不能进行潜行判定？",
+            "zh",
+            "什么时候可以进行潜行判定，什么时候不能？",
+            "除非{condition}，否则不能进行潜行判定。",
+        ),
+        (
+            "什么情况下我不能搜刮？",
+            "zh",
+            "什么情况下我可以搜刮，什么情况下不能？",
+            "除非{condition}，否则你不能搜刮。",
+        ),
+        ("玩家什么时候不会受到推动？", "zh", "玩家什么时候会受到推动，什么时候不会？", None),
     ],
 )
-def test_negated_when_questions_are_asked_both_ways(
-    question: str, lang: str, reworded: str
+def test_negated_when_questions_are_asked_both_ways_or_answered_around_a_condition(
+    question: str, lang: Lang, reworded: str, frame: str | None
 ) -> None:
-    assert both_sides(question, lang) == reworded  # type: ignore[arg-type]
+    """Asked both ways round for the model; a question whether something is allowed, by the
+    asker (English) or anyone (Chinese), is answered around the allowing rule's condition."""
+    assert both_sides(question, lang) == reworded
+    assert unless_frame(question, lang, ALLOWING) == frame
 
 
 @pytest.mark.parametrize(
@@ -94,30 +121,6 @@ def test_the_model_reads_the_reworded_question_but_the_prompt_keeps_the_asked_on
     prompt = conclusion_prompt("什么时候不能进行潜行判定？", "zh", [rule], game_title="Game")
     assert "<<<什么时候可以进行潜行判定，什么时候不能？>>>" in prompt.messages[-1]["content"]
     assert prompt.question == "什么时候不能进行潜行判定？"
-
-
-@pytest.mark.parametrize(
-    ("question", "lang", "frame"),
-    [
-        (
-            "when can't I do a stealth test?",
-            "en",
-            "You can't do a stealth test unless {condition}.",
-        ),
-        (
-            "When can't I hand my cards to another player?",
-            "en",
-            "You can't hand your cards to another player unless {condition}.",
-        ),
-        ("什么时候不能进行潜行判定？", "zh", "除非{condition}，否则不能进行潜行判定。"),
-        ("什么情况下我不能搜刮？", "zh", "除非{condition}，否则你不能搜刮。"),
-    ],
-)
-def test_a_question_asking_when_not_allowed_is_answered_around_the_rules_condition(
-    question: str, lang: str, frame: str
-) -> None:
-    rule = "If you enter a tile and DO NOT have any monster cards attached, you may attempt one."
-    assert unless_frame(question, lang, rule) == frame  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
