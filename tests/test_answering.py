@@ -28,7 +28,7 @@ from rag.pipeline import Pipeline
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
 from rag.settings import GenerationSettings, Settings
-from rag.types import Answer, GameInfo, Quote
+from rag.types import Answer, GameInfo, Hit, Quote
 
 STEALTH = (
     "If you enter a tile with at least one Monster token and DO NOT have any monster cards "
@@ -424,25 +424,26 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
     assert json.loads(json.dumps(answer.to_json()))["checks"]
 
 
-def test_a_when_not_question_is_answered_by_the_rules_condition_turned_round() -> None:
-    """Asked when a stealth test is not allowed, over the rule saying when it is, the answer
-    is that rule's condition turned round, written by no model and checked like any."""
-    generator = ScriptedGenerator()
+def answer_to(question: str, hits: list[Hit], generator: ScriptedGenerator) -> Answer:
+    """The answer an Answerer over `hits` alone gives (fake embedder, gates off)."""
     embedder = FakeEmbedder()
-    sentences, _ = SentenceVectors.embed([hit.chunk for hit in HITS], embedder)
+    sentences, _ = SentenceVectors.embed([hit.chunk for hit in hits], embedder)
     answerer = Answerer(
         CandidateSelector(embedder, lambda: sentences),
         generator,
         GenerationSettings(min_sentence_score=0, min_score_unconcluded=0),
     )
     game = GameInfo("maximum-apocalypse", "Maximum Apocalypse", (), "en", "", Path("book"))
+    events = list(answerer.stream(Question(question, "en", game), hits))
+    assert events[-1].answer is not None
+    return events[-1].answer
 
-    def answer_to(text: str) -> Answer:
-        events = list(answerer.stream(Question(text, "en", game), HITS))
-        assert events[-1].answer is not None
-        return events[-1].answer
 
-    answer = answer_to("when can't I do a stealth test?")
+def test_a_when_not_question_is_answered_by_the_rules_condition_turned_round() -> None:
+    """Asked when a stealth test is not allowed, over the rule saying when it is, the answer
+    is that rule's condition turned round, written by no model and checked like any."""
+    generator = ScriptedGenerator()
+    answer = answer_to("when can't I do a stealth test?", HITS, generator)
     assert answer.conclusion == (
         "You can't do a stealth test unless you enter a tile with at least one Monster token "
         "and DO NOT have any monster cards attached to you."
@@ -451,8 +452,21 @@ def test_a_when_not_question_is_answered_by_the_rules_condition_turned_round() -
     assert all(c.passed for c in answer.checks)
     assert "unless" in {c.name for c in answer.checks}
     # a question the frame does not fit goes to the model as before
-    answer_to("when can I do a stealth test?")
+    answer_to("when can I do a stealth test?", HITS, generator)
     assert [p.task for p in generator.prompts] == ["conclude"]
+
+
+def test_a_conclusion_written_the_allowed_way_round_is_said_as_asked() -> None:
+    """No quoted rule has the "If C, you may X" shape, so the model writes; what it writes
+    the allowed way round is turned to answer "when can't I …?", then checked."""
+    hits = make_hits("Trading. Players on the same tile trade cards freely.")
+    allowed = '{"conclusion": "You can trade cards only if you are on the same tile."}'
+    generator = ScriptedGenerator(conclusions=[allowed, allowed])
+    turned = answer_to("When can't I trade cards?", hits, generator)
+    assert turned.conclusion == "You can't trade cards unless you are on the same tile."
+    assert "unless" in {c.name for c in turned.checks}
+    asked_so = answer_to("When can I trade cards?", hits, generator)
+    assert asked_so.conclusion == "You can trade cards only if you are on the same tile."
 
 
 def test_a_how_many_question_answered_without_a_number_is_not_concluded(

@@ -1,7 +1,7 @@
 import pytest
 
 from rag.answering.conclusion import conclusion_prompt
-from rag.answering.rewording import allowing_condition, both_sides, unless_frame
+from rag.answering.rewording import allowing_condition, both_sides, turned_round, unless_frame
 from rag.types import Lang, Quote
 
 ALLOWING = "If you enter a tile and DO NOT have any monster cards attached, you may attempt one."
@@ -177,3 +177,25 @@ def test_the_condition_a_rule_allows_under_is_found(rule: str, lang: str, condit
 )
 def test_a_rule_allowing_nothing_under_a_condition_has_none(rule: str, lang: str) -> None:
     assert allowing_condition(rule, lang) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("conclusion", "as_asked"),
+    [
+        (
+            "You can restore 2 health at the Hospital only if you end your turn there.",
+            "You can't restore 2 health at the Hospital unless you end your turn there.",
+        ),
+        (
+            "Players may trade cards as long as they are on the same tile.",
+            "Players can't trade cards unless they are on the same tile.",
+        ),
+        ("You can trade with anyone, but you cannot trade twice.", None),
+        ("You can rest if TIRED. Resting takes a turn.", None),  # two sentences
+        ("You can rest if TIRED, unless you are stunned.", None),  # an exception of its own
+    ],
+)
+def test_a_conclusion_saying_when_it_is_allowed_is_turned_round(
+    conclusion: str, as_asked: str | None
+) -> None:
+    assert turned_round(conclusion) == as_asked

@@ -35,7 +35,13 @@ from rag.answering.checks import (
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.glossing import Glosser
 from rag.answering.quotes import make_quotes, quoted_sentences
-from rag.answering.rewording import allowing_condition, asks_yes_or_no, unless_frame
+from rag.answering.rewording import (
+    allowing_condition,
+    asks_when_not_allowed,
+    asks_yes_or_no,
+    turned_round,
+    unless_frame,
+)
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
@@ -147,6 +153,12 @@ class Answerer:
                 for text in stream_conclusion(self.generator.stream(prompt), reply):
                     yield StreamEvent("token", text=text)
                 written = parse_conclusion("".join(reply), question.text, question.lang)
+                # An English conclusion written the allowed way round is said as asked.
+                if question.lang == "en" and asks_when_not_allowed(question.text, "en"):
+                    as_asked = turned_round(written)
+                    if as_asked is not None:
+                        written = as_asked
+                        checks.append(Check("unless", True, "the conclusion, turned round"))
                 answer = self._concluded(
                     question, hits, quotes, basis, written, checks, ranked[0].score
                 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from rag.lang import sentence_spans
 from rag.prompting import phrases
 from rag.types import Lang
 
@@ -116,6 +117,12 @@ _EXCEPTION = re.compile(
 )
 
 
+def asks_when_not_allowed(question: str, lang: Lang) -> bool:
+    """Whether the question asks only when something is not allowed ("when can't I …?")."""
+    match = _when_not(question, lang)
+    return match is not None and match["neg"].lower() in _PERMISSION
+
+
 def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | None:
     """The answer to a question asking only when something is not allowed, whose closest
     rule says when it is, with a {condition} for the model to copy from that rule:
@@ -130,7 +137,7 @@ def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | N
     if closest_rule is not None and (_is_negative(closest_rule) or _EXCEPTION.search(closest_rule)):
         return None
     match = _when_not(question, lang)
-    if match is None or match["neg"].lower() not in _PERMISSION:
+    if match is None or not asks_when_not_allowed(question, lang):
         return None
     if lang == "zh":
         subject = match["subject"].replace("我", "你")
@@ -149,11 +156,13 @@ _EN_SUBJECT = r"(?:you|a player|players|they|he|she|he/she|the player|each playe
 _EN_ALLOWING = (
     re.compile(
         r"^\s*(?:if|when|whenever|as long as|provided that)\s+(?P<condition>.+),\s*"
-        rf"{_EN_SUBJECT}\s+(?:may|can|are allowed to|is allowed to)\b",
+        rf"(?P<subject>{_EN_SUBJECT})\s+(?:may|can|are allowed to|is allowed to)\s+"
+        r"(?P<action>[^;:]+?)\s*(?:[.!;:]|$)",
         re.IGNORECASE,
     ),
     re.compile(
-        rf"^\s*{_EN_SUBJECT}\s+(?:may|can|are allowed to|is allowed to)\s+[^,;:]+?\s+"
+        rf"^\s*(?P<subject>{_EN_SUBJECT})\s+(?:may|can|are allowed to|is allowed to)\s+"
+        r"(?:only\s+)?(?P<action>[^,;:]+?)\s+"
         r"(?:only\s+)?(?:if|when|whenever|while|as long as|provided that)\s+"
         r"(?P<condition>[^;:]+?)\s*[.!]?\s*$",
         re.IGNORECASE,
@@ -171,17 +180,36 @@ _ZH_ALLOWING = (
 _END = re.compile(r"[\s.。，,；;！!]+$")
 
 
-def allowing_condition(rule: str, lang: Lang) -> str | None:
-    """The condition under which a rule allows something ("If C, you may X" -> C), if it is
-    shaped that way."""
+def _allowing(rule: str, lang: Lang) -> tuple[re.Match[str], str] | None:
+    """The rule's match as one allowing something under a condition, and that condition."""
     for pattern in _ZH_ALLOWING if lang == "zh" else _EN_ALLOWING:
         match = pattern.match(rule.replace("\u2019", "'"))
         if match:
             condition = _END.sub("", match["condition"]).strip()
             if lang == "en" and condition[:1].isupper() and not condition[:2].isupper():
                 condition = condition[0].lower() + condition[1:]
-            return condition or None
+            # a condition with an exception of its own ("…, unless …") does not turn round
+            return (match, condition) if condition and not _EXCEPTION.search(condition) else None
     return None
+
+
+def allowing_condition(rule: str, lang: Lang) -> str | None:
+    """The condition under which a rule allows something ("If C, you may X" -> C), if it is
+    shaped that way."""
+    found = _allowing(rule, lang)
+    return found[1] if found else None
+
+
+def turned_round(conclusion: str) -> str | None:
+    """An English conclusion of one sentence saying when something is allowed ("You can X
+    only if C"), said the way a "when can't I X?" question asks it: "You can't X unless C".
+    None for any other shape."""
+    found = _allowing(conclusion, "en")
+    if found is None or len(sentence_spans(conclusion)) != 1:
+        return None
+    match, condition = found
+    subject = match["subject"][0].upper() + match["subject"][1:]
+    return f"{subject} can't {match['action']} unless {condition}."
 
 
 def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> str:
