@@ -125,14 +125,16 @@ def asks_when_not_allowed(question: str, lang: Lang) -> bool:
 
 def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | None:
     """The answer to a question asking only when something is not allowed, whose closest
-    rule says when it is, with a {condition} for the model to copy from that rule:
-    "You can't do a stealth test unless {condition}." / "除非{condition}，否则不能进行潜行判定。".
+    rule says when it is, with a {condition} to fill with a rule's own condition
+    (`allowing_condition`): "You can't do a stealth test unless {condition}." /
+    "除非{condition}，否则不能进行潜行判定。".
 
     A 1.5B model asked for the "can't" case states the allowed one, or drops a "not" when it
-    turns the rule round; copying the condition is what it does well, and the turn is made
-    here. None when the closest rule is itself negative or names its exception (the model
-    copies those the right way round), or for an English question whose subject is not
-    the asker.
+    turns the rule round, and asked to copy the condition it copies the whole sentence
+    (eval/RESULTS.md, session 17); so the condition is taken from the rule by its shape and
+    the turn is made here. None when the closest rule is itself negative or names its
+    exception (the model copies those the right way round), or for an English question
+    whose subject is not the asker.
     """
     if closest_rule is not None and (_is_negative(closest_rule) or _EXCEPTION.search(closest_rule)):
         return None
