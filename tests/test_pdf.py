@@ -181,6 +181,18 @@ def test_a_table_is_read_cell_by_cell(tmp_path: Path) -> None:
     ]
 
 
+def test_a_stretched_line_of_prose_is_not_read_as_a_table_header(tmp_path: Path) -> None:
+    def page(canvas: Canvas) -> None:
+        canvas.setFont("Times-Roman", 11)
+        canvas.drawString(60, HEIGHT - 100, "At the end of each round every player")
+        canvas.drawString(300, HEIGHT - 100, "discards down to")
+        canvas.drawString(60, HEIGHT - 114, "five cards.")
+
+    assert _body(read_pdf(_pdf(tmp_path / "stretched.pdf", page))) == [
+        "At the end of each round every player discards down to five cards."
+    ]
+
+
 def test_headings_come_from_font_size_and_weight(tmp_path: Path) -> None:
     def page(canvas: Canvas) -> None:
         _heading(canvas, 60, 60, "Playing the Game", size=20)

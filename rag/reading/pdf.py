@@ -380,6 +380,7 @@ def _joined(texts: Iterable[str]) -> str:
 # ---------------------------------------------------------------- tables
 
 _CELL_GAP = 1.0  # of the text size: a wider gap between words on a line separates cells
+_MAX_CELL_WORDS = 4  # on one line of a table's header
 
 
 def _cells(line: _Line) -> list[_Line]:
@@ -406,13 +407,16 @@ def _table_text(lines: list[_Line]) -> str | None:
     A row is numbers alone in cells ("4*- 5   3   2" -> "4*- 5 | 3 | 2"). A header whose
     cells take two or three lines ("Number of / players", "Sherlock / Team") would read
     across ("Number of Sherlock players Team"); it is read down each cell instead, when
-    each cell of a lower line stands under one cell of the first line and no other.
+    each cell of a lower line stands under one cell of the first line and no other, and
+    every cell is a few words (a stretched line of prose has long stretches between gaps).
     """
     first, *lower = [_cells(line) for line in lines]
     if len(first) < 2 or len(lower) > 2:
         return None
     if not lower:
         return " | ".join(cell.text for cell in first) if _is_number_row(lines[0]) else None
+    if any(len(cell.words) > _MAX_CELL_WORDS for row in (first, *lower) for cell in row):
+        return None
     columns: list[list[str]] = [[cell.text] for cell in first]
     for row in lower:
         under = [[i for i, top in enumerate(first) if _overlaps(cell, top)] for cell in row]
