@@ -129,13 +129,13 @@ class Answerer:
                 checks.append(translation_check)
                 quotes = _with_translations(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
-            frame = unless_frame(question.text, question.lang, deciding[0].text)
-            turned = _turned_round(frame, basis, chosen, question.lang) if frame else None
+            frame = concluding and unless_frame(question.text, question.lang, deciding[0].text)
+            unless = _unless_conclusion(frame, basis, chosen, question.lang) if frame else None
             if not concluding:
                 _, quotes = self._glossed(question, None, basis, quotes, checks)
                 answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
-            elif turned is not None:  # no model call: the rule's own condition, turned round
-                conclusion, composed = turned
+            elif unless is not None:  # no model call: the rule's own condition, turned round
+                conclusion, composed = unless
                 checks.append(composed)
                 answer = self._concluded(
                     question, hits, quotes, basis, conclusion, checks, ranked[0].score
@@ -305,7 +305,7 @@ class Answerer:
         )
 
 
-def _turned_round(
+def _unless_conclusion(
     frame: str, basis: Sequence[Quote], chosen: Sequence[Sentence], lang: Lang
 ) -> tuple[str, Check] | None:
     """The unless `frame` filled with the condition of the closest chosen rule that allows

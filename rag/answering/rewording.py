@@ -117,10 +117,14 @@ _EXCEPTION = re.compile(
 )
 
 
+def _when_not_allowed(question: str, lang: Lang) -> re.Match[str] | None:
+    match = _when_not(question, lang)
+    return match if match is not None and match["neg"].lower() in _PERMISSION else None
+
+
 def asks_when_not_allowed(question: str, lang: Lang) -> bool:
     """Whether the question asks only when something is not allowed ("when can't I …?")."""
-    match = _when_not(question, lang)
-    return match is not None and match["neg"].lower() in _PERMISSION
+    return _when_not_allowed(question, lang) is not None
 
 
 def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | None:
@@ -138,8 +142,8 @@ def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | N
     """
     if closest_rule is not None and (_is_negative(closest_rule) or _EXCEPTION.search(closest_rule)):
         return None
-    match = _when_not(question, lang)
-    if match is None or not asks_when_not_allowed(question, lang):
+    match = _when_not_allowed(question, lang)
+    if match is None:
         return None
     if lang == "zh":
         subject = match["subject"].replace("我", "你")

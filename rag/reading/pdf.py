@@ -394,7 +394,7 @@ def _cells(line: _Line) -> list[_Line]:
 
 
 def _is_number_row(line: _Line) -> bool:
-    return len(_cells(line)) >= 2 and is_number_row(line.text)
+    return is_number_row(line.text) and len(_cells(line)) >= 2  # prose fails the first
 
 
 def _overlaps(a: _Line, b: _Line) -> bool:
@@ -414,7 +414,7 @@ def _table_text(lines: list[_Line]) -> str | None:
     if len(first) < 2 or len(lower) > 2:
         return None
     if not lower:
-        return " | ".join(cell.text for cell in first) if _is_number_row(lines[0]) else None
+        return " | ".join(cell.text for cell in first) if is_number_row(lines[0].text) else None
     if any(len(cell.words) > _MAX_CELL_WORDS for row in (first, *lower) for cell in row):
         return None
     columns: list[list[str]] = [[cell.text] for cell in first]
