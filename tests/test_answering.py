@@ -19,6 +19,7 @@ from rag.answering.checks import (
     quantity_check,
     stated_numbers,
     strip_markers,
+    when_not_check,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.quotes import make_quotes
@@ -192,6 +193,9 @@ def test_a_yes_no_question_is_answered_yes_or_no_in_its_own_verb(
         ("on the mutant's turn what do I do with the attack card after?", "en", False),
         ("In which turns don't the monsters attached to me activate?", "en", False),
         ("can I just not do the stealth test? what happens then", "en", False),
+        ("I scavenged a Fuel card - does it just go in my hand?", "en", True),
+        ("an Enter effect and monster tokens - what resolves first?", "en", False),
+        ("cant I trade survivor cards?", "en", True),  # typed without its apostrophe
         ("怪物生成在玩家格，是立刻激活吗？", "zh", True),
         ("能不能斜着走？", "zh", True),
         ("什么时候不能进行潜行判定？", "zh", False),
@@ -239,6 +243,22 @@ def test_a_claim_is_read_against_the_rule_it_copies_not_a_longer_neighbour() -> 
     )
     reversed_ = "You can't do a stealth test if you don't have any monster cards attached."
     assert not negation_check(reversed_, [attached, quote(STEALTH)]).passed
+
+
+def test_a_rules_consequence_reversed_under_a_condition_of_its_own_is_caught() -> None:
+    """ "If C, Y" read back as "If C', not Y" reverses the rule unless C' is C turned round,
+    even though the sentence says "not" as often as the rule does."""
+    success = quote(
+        "If the combined roll is lower than or equal to your modified stealth, your stealth "
+        "attempt is successful."
+    )
+    reversed_ = "If you cannot do the stealth test, your stealth attempt is not successful."
+    failed = negation_check(reversed_, [success])
+    assert not failed.passed and "reverses" in failed.detail
+    turned = "If you have a monster card attached, you can't attempt a stealth test."
+    assert negation_check(turned, [quote(STEALTH)]).passed
+    same_way = "If your roll is lower than or equal to your stealth, your attempt is successful."
+    assert negation_check(same_way, [success]).passed
 
 
 def test_a_claim_restating_one_of_two_clauses_keeps_that_clauses_negations() -> None:
@@ -296,6 +316,20 @@ def test_a_how_many_question_is_answered_with_a_number() -> None:
     which = quantity_check("燃料、食物和弹药三堆。", "搜刮牌分成哪几堆？", "zh")
     assert which.detail == "not asked"
     assert quantity_check("Roll the dice.", "What do I roll?", "en").detail == "not asked"
+
+
+def test_a_when_not_question_is_answered_by_a_not_or_an_only() -> None:
+    question = "When doesn't a Fuel card resolve my Fuel objective?"
+    allowed_way = "A Fuel card resolves your Fuel objective when you use its Fuel option."
+    failed = when_not_check(allowed_way, question, "en")
+    assert not failed.passed and "when not" in failed.detail
+    assert when_not_check("It does not when you use its other option.", question, "en").passed
+    assert when_not_check("Only its Fuel option resolves it.", question, "en").passed
+    zh = "什么时候不能打黄色地图卡？"
+    assert not when_not_check("你必须先打橙色地图卡（Orange）。", zh, "zh").passed
+    assert when_not_check("相邻的橙色卡没打之前不能打。", zh, "zh").passed
+    assert when_not_check("只有打完相邻的橙色卡才能打。", zh, "zh").passed
+    assert when_not_check("Roll the dice.", "When do I roll?", "en").detail == "not asked"
 
 
 def test_numbers_must_appear_in_the_quotes() -> None:
@@ -467,6 +501,19 @@ def test_a_conclusion_written_the_allowed_way_round_is_said_as_asked() -> None:
     assert "unless" in {c.name for c in turned.checks}
     asked_so = answer_to("When can I trade cards?", hits, generator)
     assert asked_so.conclusion == "You can trade cards only if you are on the same tile."
+
+
+def test_a_when_not_question_concluded_the_allowed_way_round_is_not_concluded() -> None:
+    """ "X happens when C" to "when doesn't X happen?" is not turned round (something else
+    may bring X about) and states no "not" case: the player reads the rule instead."""
+    hits = make_hits("Objectives. A Fuel card resolves the Fuel objective with its Fuel option.")
+    allowed = '{"conclusion": "A Fuel card resolves the objective with its Fuel option."}'
+    generator = ScriptedGenerator(conclusions=[allowed, allowed])
+    answer = answer_to("When doesn't a Fuel card resolve the objective?", hits, generator)
+    assert answer.conclusion is None and answer.answer.startswith("Read the rule below")
+    assert [c.name for c in answer.checks if not c.passed] == ["when_not"]
+    asked_so = answer_to("When does a Fuel card resolve the objective?", hits, generator)
+    assert asked_so.conclusion == "A Fuel card resolves the objective with its Fuel option."
 
 
 def test_a_how_many_question_answered_without_a_number_is_not_concluded(

@@ -1,7 +1,13 @@
 import pytest
 
 from rag.answering.conclusion import conclusion_prompt
-from rag.answering.rewording import allowing_condition, both_sides, turned_round, unless_frame
+from rag.answering.rewording import (
+    allowing_condition,
+    asks_yes_or_no,
+    both_sides,
+    turned_round,
+    unless_frame,
+)
 from rag.types import Lang, Quote
 
 ALLOWING = "If you enter a tile and DO NOT have any monster cards attached, you may attempt one."
@@ -193,9 +199,55 @@ def test_a_rule_allowing_nothing_under_a_condition_has_none(rule: str, lang: str
         ("You can trade with anyone, but you cannot trade twice.", None),
         ("You can rest if TIRED. Resting takes a turn.", None),  # two sentences
         ("You can rest if TIRED, unless you are stunned.", None),  # an exception of its own
+        ("A Hero may rest if TIRED.", "A Hero can't rest unless TIRED."),  # anyone named
+        ("You must rest if TIRED.", None),  # an obligation, not a permission
     ],
 )
 def test_a_conclusion_saying_when_it_is_allowed_is_turned_round(
     conclusion: str, as_asked: str | None
 ) -> None:
-    assert turned_round(conclusion) == as_asked
+    assert turned_round(conclusion, "en") == as_asked
+
+
+@pytest.mark.parametrize(
+    ("conclusion", "as_asked"),
+    [
+        (
+            "地图上的特殊规则只能在与变异体战斗时使用。",
+            "除非在与变异体战斗时，否则地图上的特殊规则不能使用。",
+        ),
+        ("只有在疲惫时，英雄才能休息。", "除非在疲惫时，否则英雄不能休息。"),
+        ("英雄只有在疲惫时才能休息。", "除非在疲惫时，否则英雄不能休息。"),
+        ("你只能打正面朝上的地图牌。", None),  # a restriction, no condition to turn
+        ("英雄只有在疲惫时才能休息。休息占一回合。", None),  # two sentences
+        ("只有在疲惫时，除了被眩晕，英雄才能休息。", None),  # an exception of its own
+    ],
+)
+def test_a_chinese_conclusion_saying_only_when_it_is_allowed_is_turned_round(
+    conclusion: str, as_asked: str | None
+) -> None:
+    assert turned_round(conclusion, "zh") == as_asked
+
+
+@pytest.mark.parametrize(
+    ("typed", "reworded", "frame"),
+    [
+        (
+            "when cant I do a stealth test",
+            "when can I do a stealth test, and when not?",
+            "You can't do a stealth test unless {condition}.",
+        ),
+        (
+            "when doesnt a missed card go to the discard pile?",
+            "when does a missed card go to the discard pile, and when not?",
+            None,  # not about being allowed
+        ),
+    ],
+)
+def test_a_negation_typed_without_its_apostrophe_reads_as_one(
+    typed: str, reworded: str, frame: str | None
+) -> None:
+    """At the table "cant" is typed for "can't": the question has the same shape."""
+    assert both_sides(typed, "en") == reworded
+    assert unless_frame(typed, "en", ALLOWING) == frame
+    assert asks_yes_or_no("Dont I get 3 AP on my first turn?", "en")

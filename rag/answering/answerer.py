@@ -7,7 +7,8 @@ selection (with `select` on, the LLM names the quoted sentences that answer, non
 the rulebook is silent; off, the closest three) -> translation (of those, for a question
 in another language) -> conclusion (the LLM answers from those quotes alone; a "when can't
 I X?" question over a chosen rule allowing X under a condition gets that condition turned
-round instead, written by no model: rewording.unless_frame) -> checks ->
+round instead, written by no model: rewording.unless_frame; one the model writes the allowed
+way round, "X only if C", is said as asked, rewording.turned_round) -> checks ->
 glosses (in a Chinese answer, the English game terms in brackets after the conclusion's
 and the renderings' words for them) -> assembly (every quote shown, the conclusion only
 when it passed; when it stated a number no quote holds and the closest sentence is far,
@@ -31,6 +32,7 @@ from rag.answering.checks import (
     numbers_check,
     quantity_check,
     strip_markers,
+    when_not_check,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.glossing import Glosser
@@ -153,9 +155,9 @@ class Answerer:
                 for text in stream_conclusion(self.generator.stream(prompt), reply):
                     yield StreamEvent("token", text=text)
                 written = parse_conclusion("".join(reply), question.text, question.lang)
-                # An English conclusion written the allowed way round is said as asked.
-                if question.lang == "en" and asks_when_not_allowed(question.text, "en"):
-                    as_asked = turned_round(written)
+                # A conclusion written the allowed way round is said as asked.
+                if asks_when_not_allowed(question.text, question.lang):
+                    as_asked = turned_round(written, question.lang)
                     if as_asked is not None:
                         written = as_asked
                         checks.append(Check("unless", True, "the conclusion, turned round"))
@@ -207,6 +209,7 @@ class Answerer:
                 negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
                 quantity_check(conclusion, question.text, question.lang),
+                when_not_check(conclusion, question.text, question.lang),
                 language_check(conclusion, question.lang),
             ]
         else:

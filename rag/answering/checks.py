@@ -6,10 +6,13 @@
 - negation: at least one conclusion sentence restates a quote (most of its words are the
   quote's, or its translation's), so a quote vouches for it; each sentence that restates
   one says "not" as often, modulo two, as the quote does ("you may … if you DO NOT have"
-  read back as "you can't … if you don't have" has one negation too many and is caught);
+  read back as "you can't … if you don't have" has one negation too many and is caught),
+  and one that reverses what follows a rule's condition must reverse that condition too;
 - answer_word: an opening yes or no agrees with the claim after it ("Yes, you cannot …"
   is caught), judged when the claim restates the question;
 - quantity: a question asking how many is answered with a number (or no limit);
+- when_not: a question asking when something does not happen is answered by a "not" or
+  an "only";
 - markers: the model was told to write none; any it wrote must point at a shown quote;
 - language: it is in the asker's language, glosses in brackets aside (a small model given
   English rule text for a Chinese question sometimes copies the rule out in English).
@@ -25,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rag.answering.rewording import asks_how_many
+from rag.answering.rewording import asks_how_many, asks_when_not, split_condition
 from rag.lang import CJK_RE, ENGLISH_GLOSS, detect_lang, sentence_spans, tokenize
 from rag.types import Check, Lang, Quote
 
@@ -328,6 +331,22 @@ def flipped(claim: str, source: str) -> bool:
     return negations(claim) % 2 != negations(source) % 2
 
 
+def reversed_under_own_condition(claim: str, source: str) -> bool:
+    """Whether a claim "If C', not Y" reverses the rule "If C, Y" it restates: its "not"
+    differs from the rule's in what follows, and C' is not C turned round ("If you have a
+    monster card attached, you can't attempt a stealth test" turns round "If you DO NOT
+    have any, you may attempt one"; "If you cannot do the stealth test, your stealth attempt
+    is not successful" reverses "If the roll is lower …, your stealth attempt is
+    successful")."""
+    claimed, ruled = split_condition(claim), split_condition(source)
+    if claimed is None or ruled is None:
+        return False
+    (claim_if, claim_then), (rule_if, rule_then) = claimed, ruled
+    if restated(claim_then, [rule_then]) is None or not flipped(claim_then, rule_then):
+        return False
+    return restated(claim_if, [rule_if]) is None or not flipped(claim_if, rule_if)
+
+
 # Clauses a semicolon joins state a rule each ("The maximum is 3 Monster tokens per tile;
 # do not place any new tokens on tiles that already have 3 tokens."): a claim restating one
 # carries only that one's negations.
@@ -368,7 +387,7 @@ def negation_check(conclusion: str, quotes: Sequence[Quote]) -> Check:
             continue
         checked += 1
         index, source = comparable[found]
-        if flipped(claim, source):
+        if flipped(claim, source) or reversed_under_own_condition(claim, source):
             return Check(
                 "negation", False, f"{claim!r} reverses the negation of quote {quotes[index].n}"
             )
@@ -406,6 +425,29 @@ def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
     if stated_numbers(conclusion) or _NO_LIMIT.search(conclusion):
         return Check("quantity", True)
     return Check("quantity", False, "the question asks how many; the conclusion states no number")
+
+
+# What says the "not" side: a negation (_EN_NEGATION, _ZH_NEGATION), or a restriction or
+# exception ("only", "except", 只, 除了 …) that leaves the rest out.
+_EN_RESTRICTION = re.compile(r"\b(?:only|except|instead|other than)\b", re.IGNORECASE)
+_ZH_RESTRICTION = re.compile(r"只|仅|除|才")
+
+
+def when_not_check(conclusion: str, question: str, lang: Lang) -> Check:
+    """A question asking only when something does not happen ("when can't I …?") is
+    answered by the case in which it does not: a conclusion saying neither "not" nor "only"
+    states when it does ("A Map card with a Fuel icon resolves your Fuel objective when …")
+    and leaves the player to turn it round, or answers something else."""
+    if not asks_when_not(question, lang):
+        return Check("when_not", True, "not asked")
+    text = _GLOSS.sub("", conclusion)
+    if negations(text) or _EN_RESTRICTION.search(text) or _ZH_RESTRICTION.search(text):
+        return Check("when_not", True)
+    return Check(
+        "when_not",
+        False,
+        "the question asks when not; the conclusion says neither 'not' nor 'only'",
+    )
 
 
 def language_check(conclusion: str, lang: Lang) -> Check:

@@ -15,6 +15,7 @@ round (`unless_frame`, `allowing_condition`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from rag.lang import sentence_spans
 from rag.prompting import phrases
@@ -49,6 +50,7 @@ _ZH_POSITIVE = {
     "不会": "会",
     "不得": "可以",
     "不用": "需要",
+    "可以不": "需要",  # 什么情况下可以不选？ asks when one needn't
 }
 _ZH_QUESTION = re.compile(
     r"^(?P<lead>.*?(?P<wh>什么时候|何时|什么情况下|哪些情况下|哪种情况下|什么条件下|在哪里|哪里))"
@@ -74,14 +76,29 @@ _CHOICE_NOT_TO = re.compile(
 )
 
 
+def split_condition(sentence: str) -> tuple[str, str] | None:
+    """A sentence opening with a condition ("If C, Y"), as that condition and the rest."""
+    match = _LEADING_CONDITION.match(sentence)
+    return (match[0], sentence[match.end() :]) if match else None
+
+
 def _is_negative(rule: str) -> bool:
     rule = _CHOICE_NOT_TO.sub(" ", _LEADING_CONDITION.sub("", rule.replace("\u2019", "'")))
     return bool(_NEGATION.search(rule))
 
 
+# A negation typed without its apostrophe at the table ("when cant I …", "doesnt").
+_BARE_NEGATION = re.compile(r"\b(ca|do|does|wo|is|are)nt\b", re.IGNORECASE)
+
+
+def typed(question: str) -> str:
+    """The question with its apostrophes as the shapes below read them: curly ones straight,
+    and a negation typed without one given one ("cant" -> "can't")."""
+    return _BARE_NEGATION.sub(r"\1n't", question.strip().replace("\u2019", "'"))
+
+
 def _when_not(question: str, lang: Lang) -> re.Match[str] | None:
-    text = question.strip().replace("\u2019", "'")
-    return (_ZH_QUESTION if lang == "zh" else _EN_QUESTION).match(text)
+    return (_ZH_QUESTION if lang == "zh" else _EN_QUESTION).match(typed(question))
 
 
 def asks_when_not(question: str, lang: Lang) -> bool:
@@ -157,23 +174,33 @@ def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | N
 
 
 # A rule allowing something under a condition, the condition captured: "If C, you may X",
-# "You may X as long as C", "如果C，你可以X", "只要C，就可以X".
-_EN_SUBJECT = r"(?:you|a player|players|they|he|she|he/she|the player|each player)"
-_EN_ALLOWING = (
-    re.compile(
-        r"^\s*(?:if|when|whenever|as long as|provided that)\s+(?P<condition>.+),\s*"
-        rf"(?P<subject>{_EN_SUBJECT})\s+(?:may|can|are allowed to|is allowed to)\s+"
-        r"(?P<action>[^;:]+?)\s*(?:[.!;:]|$)",
-        re.IGNORECASE,
-    ),
-    re.compile(
-        rf"^\s*(?P<subject>{_EN_SUBJECT})\s+(?:may|can|are allowed to|is allowed to)\s+"
-        r"(?:only\s+)?(?P<action>[^,;:]+?)\s+"
-        r"(?:only\s+)?(?:if|when|whenever|while|as long as|provided that)\s+"
-        r"(?P<condition>[^;:]+?)\s*[.!]?\s*$",
-        re.IGNORECASE,
-    ),
-)
+# "You may X as long as C", "如果C，你可以X", "只要C，就可以X". A rule's subject is the
+# asker or players (the unless frame puts the asker in), a conclusion's anyone it names ("A
+# Hero may rest if TIRED": the model wrote it to answer the question).
+_EN_PLAYER = r"(?:you|a player|players|they|he|she|he/she|the player|each player)"
+_EN_NAMED = rf"(?:{_EN_PLAYER}|(?:a|an|the|each|every|your)\s+[A-Za-z][\w-]*)"
+
+
+def _en_allowing(subject: str) -> tuple[re.Pattern[str], ...]:
+    return (
+        re.compile(
+            r"^\s*(?:if|when|whenever|as long as|provided that)\s+(?P<condition>.+),\s*"
+            rf"(?P<subject>{subject})\s+(?:may|can|are allowed to|is allowed to)\s+"
+            r"(?P<action>[^;:]+?)\s*(?:[.!;:]|$)",
+            re.IGNORECASE,
+        ),
+        re.compile(
+            rf"^\s*(?P<subject>{subject})\s+(?:may|can|are allowed to|is allowed to)\s+"
+            r"(?:only\s+)?(?P<action>[^,;:]+?)\s+"
+            r"(?:only\s+)?(?:if|when|whenever|while|as long as|provided that)\s+"
+            r"(?P<condition>[^;:]+?)\s*[.!]?\s*$",
+            re.IGNORECASE,
+        ),
+    )
+
+
+_EN_ALLOWING = _en_allowing(_EN_PLAYER)
+_EN_ALLOWING_ANYONE = _en_allowing(_EN_NAMED)
 _ZH_ALLOWING = (
     re.compile(
         r"^\s*(?:如果|若|假如|当|只要)(?P<condition>.+?)(?:的时候|时)?[，,]\s*"
@@ -186,9 +213,11 @@ _ZH_ALLOWING = (
 _END = re.compile(r"[\s.。，,；;！!]+$")
 
 
-def _allowing(rule: str, lang: Lang) -> tuple[re.Match[str], str] | None:
+def _allowing(
+    rule: str, lang: Lang, english: Sequence[re.Pattern[str]] = _EN_ALLOWING
+) -> tuple[re.Match[str], str] | None:
     """The rule's match as one allowing something under a condition, and that condition."""
-    for pattern in _ZH_ALLOWING if lang == "zh" else _EN_ALLOWING:
+    for pattern in _ZH_ALLOWING if lang == "zh" else english:
         match = pattern.match(rule.replace("\u2019", "'"))
         if match:
             condition = _END.sub("", match["condition"]).strip()
@@ -206,12 +235,38 @@ def allowing_condition(rule: str, lang: Lang) -> str | None:
     return found[1] if found else None
 
 
-def turned_round(conclusion: str) -> str | None:
-    """An English conclusion of one sentence saying when something is allowed ("You can X
-    only if C"), said the way a "when can't I X?" question asks it: "You can't X unless C".
-    None for any other shape."""
-    found = _allowing(conclusion, "en")
-    if found is None or len(sentence_spans(conclusion)) != 1:
+# A Chinese conclusion saying when something is allowed: "S只能在C时X", "只有C，S才能X",
+# "S只有C才能X".
+_ZH_ONLY = (
+    re.compile(
+        r"^(?P<subject>[^，,。；]*?)只(?:能|可以)(?P<condition>在[^，,。；]+?(?:时|的时候|期间))"
+        r"(?P<action>[^，,。；]+?)[。.]?$"
+    ),
+    re.compile(
+        r"^只有(?P<condition>[^，,。；]+?)[，,]\s*(?P<subject>[^，,。；]*?)才(?:能|可以)"
+        r"(?P<action>[^，,。；]+?)[。.]?$"
+    ),
+    re.compile(
+        r"^(?P<subject>[^，,。；]+?)只有(?P<condition>[^，,。；]+?)才(?:能|可以)"
+        r"(?P<action>[^，,。；]+?)[。.]?$"
+    ),
+)
+
+
+def turned_round(conclusion: str, lang: Lang) -> str | None:
+    """A conclusion of one sentence saying when something is allowed ("You can X only if C",
+    "S只能在C时X"), said the way a "when can't I X?" question asks it: "You can't X unless
+    C", "除非在C时，否则S不能X". None for any other shape."""
+    if len(sentence_spans(conclusion)) != 1:
+        return None
+    if lang == "zh":
+        text = conclusion.strip()
+        match = next((m for m in (p.match(text) for p in _ZH_ONLY) if m), None)
+        if match is None or _EXCEPTION.search(match["condition"]):
+            return None
+        return f"除非{match['condition']}，否则{match['subject']}不能{match['action']}。"
+    found = _allowing(conclusion, "en", _EN_ALLOWING_ANYONE)
+    if found is None:
         return None
     match, condition = found
     subject = match["subject"][0].upper() + match["subject"][1:]
@@ -246,7 +301,7 @@ _EN_AUXILIARY = re.compile(
     r"|should|shall|will|would|has|have|am)(?:n?['’]t)?|won['’]t)(?![\w'’])",
     re.IGNORECASE,
 )
-_CLAUSE_BREAK = re.compile(r"[,;:.!?，；：。！]\s*")
+_CLAUSE_BREAK = re.compile(r"[,;:.!?，；：。！]\s*|\s+[-–—]+\s+")  # "Fuel card - does it …?"
 # A question word opening a clause, or anywhere before a clause's auxiliary.
 _EN_QUESTION_WORD = re.compile(r"\b(?:what|which|how|when|where|who|whom|whose|why)\b", re.I)
 # A clause's leading phrase before its auxiliary: "with 8 players do we use every card?".
@@ -260,7 +315,7 @@ _ZH_YES_NO = re.compile(r"吗\s*[？?]?\s*$|是否|能否|可否|([\u4e00-\u9fff
 
 def asks_yes_or_no(question: str, lang: Lang) -> bool:
     """Whether the question asks for a yes or a no ("Is it immediate?", "是立刻激活吗？")."""
-    text = question.strip()
+    text = typed(question)
     if lang == "zh":
         return bool(_ZH_YES_NO.search(text))
     clauses = [c.strip() for c in _CLAUSE_BREAK.split(text) if c.strip()]
