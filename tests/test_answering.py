@@ -516,6 +516,24 @@ def test_a_when_not_question_concluded_the_allowed_way_round_is_not_concluded() 
     assert asked_so.conclusion == "A Fuel card resolves the objective with its Fuel option."
 
 
+def test_a_player_count_question_over_a_table_is_answered_by_its_row() -> None:
+    """The closest quoted sentence is a table by player count: its row is the answer,
+    written by no model and checked like any conclusion."""
+    table = "Number of players | Sherlock Team | Moriarty Team\n4 | 3 | 1\n6 | 4 | 2\n8 | 5 | 3"
+    hits = make_hits(f"Teams.\n{table}\n", "Each player takes a role card in secret.")
+    generator = ScriptedGenerator()
+    answer = answer_to(
+        "With 6 players, how many on each team: Sherlock, Moriarty?", hits, generator
+    )
+    assert answer.conclusion == "With 6 players: Sherlock Team 4, Moriarty Team 2."
+    assert generator.prompts == []
+    assert all(c.passed for c in answer.checks)
+    assert "table" in {c.name for c in answer.checks}
+    # a count no row has goes to the model as before
+    answer_to("With 7 players, how many on each team: Sherlock, Moriarty?", hits, generator)
+    assert [p.task for p in generator.prompts] == ["conclude"]
+
+
 def test_a_how_many_question_answered_without_a_number_is_not_concluded(
     settings: Settings,
 ) -> None:

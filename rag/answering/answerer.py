@@ -7,7 +7,8 @@ selection (with `select` on, the LLM names the quoted sentences that answer, non
 the rulebook is silent; off, the closest three) -> translation (of those, for a question
 in another language) -> conclusion (the LLM answers from those quotes alone; a "when can't
 I X?" question over a chosen rule allowing X under a condition gets that condition turned
-round instead, written by no model: rewording.unless_frame; one the model writes the allowed
+round instead, written by no model: rewording.unless_frame, and "with N players, how many
+…?" over a player-count table gets its row: tables.row_answer; one the model writes the allowed
 way round, "X only if C", is said as asked, rewording.turned_round) -> checks ->
 glosses (in a Chinese answer, the English game terms in brackets after the conclusion's
 and the renderings' words for them) -> assembly (every quote shown, the conclusion only
@@ -45,6 +46,7 @@ from rag.answering.rewording import (
     unless_frame,
 )
 from rag.answering.selection import parse_selection, selection_prompt
+from rag.answering.tables import row_answer
 from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
 from rag.settings import GenerationSettings
@@ -55,6 +57,7 @@ MOST_CHOSEN = 3
 CLOSEST_CHOSEN = Check(
     "selection", True, f"the closest {MOST_CHOSEN} quoted sentences (generation.select is off)"
 )
+COPIED = Check("negation", True, "copied from the quote's cells: no negation of its own")
 UNTRUSTED_YES_NO = Check(
     "yes_no", False, "a yes or no from this model is not trusted (generation.answer_yes_no)"
 )
@@ -133,6 +136,11 @@ class Answerer:
                 yield _quotes_event(quotes, question.lang)
             frame = concluding and unless_frame(question.text, question.lang, deciding[0].text)
             unless = _unless_conclusion(frame, basis, chosen, question.lang) if frame else None
+            row = (
+                _row_conclusion(question, deciding[0], quotes)
+                if concluding and unless is None
+                else None
+            )
             if not concluding:
                 _, quotes = self._glossed(question, None, basis, quotes, checks)
                 answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
@@ -141,6 +149,19 @@ class Answerer:
                 checks.append(composed)
                 answer = self._concluded(
                     question, hits, quotes, basis, conclusion, checks, ranked[0].score
+                )
+            elif row:  # no model call: the table's row for the players asked about
+                conclusion, table = row
+                checks.append(Check("table", True, f"quote {table.n}'s row for the players asked"))
+                answer = self._concluded(
+                    question,
+                    hits,
+                    quotes,
+                    [table],
+                    conclusion,
+                    checks,
+                    ranked[0].score,
+                    copied=True,
                 )
             else:
                 reply: list[str] = []
@@ -197,16 +218,19 @@ class Answerer:
         written: str,
         checks: list[Check],
         closest: float,
+        *,
+        copied: bool = False,
     ) -> Answer:
         """The answer showing `quotes`, concluded from `basis` (the selected ones) when the
         conclusion `written` passes the checks against them. When it does not, and the closest
-        sentence (`closest`, its score) is not close either, the rulebook seems silent."""
+        sentence (`closest`, its score) is not close either, the rulebook seems silent. A
+        conclusion `copied` from a quote's cells states no negation for that check to read."""
         conclusion, marker_check = strip_markers(written, [q.n for q in basis])
         checks.append(marker_check)
         if conclusion:
             checks += [
                 numbers_check(conclusion, basis, question.game.names()),
-                negation_check(conclusion, basis),
+                COPIED if copied else negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
                 quantity_check(conclusion, question.text, question.lang),
                 when_not_check(conclusion, question.text, question.lang),
@@ -325,6 +349,18 @@ def _unless_conclusion(
             composed = Check("unless", True, f"quote {quote.n}'s condition, turned round")
             return frame.replace("{condition}", condition), composed
     return None
+
+
+def _row_conclusion(
+    question: Question, closest: Sentence, quotes: Sequence[Quote]
+) -> tuple[str, Quote] | None:
+    """The answer read off the closest quoted sentence's row for the players the question
+    names, if that sentence is a player-count table with such a row, and its quote."""
+    quote = next(
+        (q for q in quotes if (q.chunk_id, q.text) == (closest.hit.chunk.id, closest.text)), None
+    )
+    answer = row_answer(question.text, question.lang, closest.text) if quote else None
+    return (answer, quote) if answer and quote else None
 
 
 def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote]:
