@@ -2,6 +2,7 @@
 the checks that do not trust the model, abstention and the order of what is shown."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from rag.pipeline import Pipeline
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
 from rag.settings import GenerationSettings, Settings
-from rag.types import Answer, GameInfo, Hit, Quote
+from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote
 
 STEALTH = (
     "If you enter a tile with at least one Monster token and DO NOT have any monster cards "
@@ -302,34 +303,72 @@ def test_the_yes_or_no_must_agree_with_the_claim_after_it() -> None:
     assert unrelated.passed and unrelated.detail == "not judged"
 
 
-def test_a_how_many_question_is_answered_with_a_number() -> None:
-    question = "how many wire cards does everyone get at the start?"
-    other = "At the start, each player receives the same number of Wire cards as players."
-    failed = quantity_check(other, question, "en")
-    assert not failed.passed and "how many" in failed.detail
-    assert quantity_check("Each player gets five Wire cards.", question, "en").passed
-    assert quantity_check("You may hold any number of tokens.", question, "en").passed
-    assert not quantity_check("如果你的牌堆为空，你被淘汰。", "手牌上限几张？", "zh").passed
-    assert quantity_check("你的手牌上限是10张牌。", "手牌上限几张？", "zh").passed
-    assert quantity_check("手牌数量不限。", "手牌最多多少张？", "zh").passed
-    # Not a count: "which ones" (哪几), and questions that ask no quantity at all.
-    which = quantity_check("燃料、食物和弹药三堆。", "搜刮牌分成哪几堆？", "zh")
-    assert which.detail == "not asked"
-    assert quantity_check("Roll the dice.", "What do I roll?", "en").detail == "not asked"
+HOW_MANY = "how many wire cards does everyone get at the start?"
+WHEN_NOT = "When doesn't a Fuel card resolve my Fuel objective?"
 
 
-def test_a_when_not_question_is_answered_by_a_not_or_an_only() -> None:
-    question = "When doesn't a Fuel card resolve my Fuel objective?"
-    allowed_way = "A Fuel card resolves your Fuel objective when you use its Fuel option."
-    failed = when_not_check(allowed_way, question, "en")
-    assert not failed.passed and "when not" in failed.detail
-    assert when_not_check("It does not when you use its other option.", question, "en").passed
-    assert when_not_check("Only its Fuel option resolves it.", question, "en").passed
-    zh = "什么时候不能打黄色地图卡？"
-    assert not when_not_check("你必须先打橙色地图卡（Orange）。", zh, "zh").passed
-    assert when_not_check("相邻的橙色卡没打之前不能打。", zh, "zh").passed
-    assert when_not_check("只有打完相邻的橙色卡才能打。", zh, "zh").passed
-    assert when_not_check("Roll the dice.", "When do I roll?", "en").detail == "not asked"
+@pytest.mark.parametrize(
+    ("check", "question", "lang", "conclusion", "passes"),
+    [
+        # a how-many question is answered with a number, or with there being no limit
+        (
+            quantity_check,
+            HOW_MANY,
+            "en",
+            "Each player receives as many Wire cards as players.",
+            False,
+        ),
+        (quantity_check, HOW_MANY, "en", "Each player gets five Wire cards.", True),
+        (quantity_check, HOW_MANY, "en", "You may hold any number of tokens.", True),
+        (quantity_check, "手牌上限几张？", "zh", "如果你的牌堆为空，你被淘汰。", False),
+        (quantity_check, "手牌上限几张？", "zh", "你的手牌上限是10张牌。", True),
+        (quantity_check, "手牌最多多少张？", "zh", "手牌数量不限。", True),
+        # a when-not question is answered by a "not" or an "only"
+        (
+            when_not_check,
+            WHEN_NOT,
+            "en",
+            "A Fuel card resolves it when you use its Fuel option.",
+            False,
+        ),
+        (when_not_check, WHEN_NOT, "en", "It does not when you use its other option.", True),
+        (when_not_check, WHEN_NOT, "en", "Only its Fuel option resolves it.", True),
+        (
+            when_not_check,
+            "什么时候不能打黄色地图卡？",
+            "zh",
+            "你必须先打橙色地图卡（Orange）。",
+            False,
+        ),
+        (when_not_check, "什么时候不能打黄色地图卡？", "zh", "相邻的橙色卡没打之前不能打。", True),
+        (when_not_check, "什么时候不能打黄色地图卡？", "zh", "只有打完相邻的橙色卡才能打。", True),
+    ],
+)
+def test_a_question_asking_how_many_or_when_not_is_answered_in_that_shape(
+    check: Callable[[str, str, Lang], Check],
+    question: str,
+    lang: Lang,
+    conclusion: str,
+    passes: bool,
+) -> None:
+    result = check(conclusion, question, lang)
+    assert result.passed is passes
+    if not passes:
+        assert result.detail.startswith("the question asks")
+
+
+@pytest.mark.parametrize(
+    ("check", "question", "lang"),
+    [
+        (quantity_check, "搜刮牌分成哪几堆？", "zh"),  # "which ones" (哪几) is not a count
+        (quantity_check, "What do I roll?", "en"),
+        (when_not_check, "When do I roll?", "en"),
+    ],
+)
+def test_a_question_not_asking_that_shape_is_not_judged_by_it(
+    check: Callable[[str, str, Lang], Check], question: str, lang: Lang
+) -> None:
+    assert check("燃料、食物和弹药三堆。", question, lang).detail == "not asked"
 
 
 def test_numbers_must_appear_in_the_quotes() -> None:
