@@ -311,35 +311,17 @@ WHEN_NOT = "When doesn't a Fuel card resolve my Fuel objective?"
     ("check", "question", "lang", "conclusion", "passes"),
     [
         # a how-many question is answered with a number, or with there being no limit
-        (
-            quantity_check,
-            HOW_MANY,
-            "en",
-            "Each player receives as many Wire cards as players.",
-            False,
-        ),
+        (quantity_check, HOW_MANY, "en", "Each gets as many Wire cards as players.", False),
         (quantity_check, HOW_MANY, "en", "Each player gets five Wire cards.", True),
         (quantity_check, HOW_MANY, "en", "You may hold any number of tokens.", True),
         (quantity_check, "手牌上限几张？", "zh", "如果你的牌堆为空，你被淘汰。", False),
         (quantity_check, "手牌上限几张？", "zh", "你的手牌上限是10张牌。", True),
         (quantity_check, "手牌最多多少张？", "zh", "手牌数量不限。", True),
         # a when-not question is answered by a "not" or an "only"
-        (
-            when_not_check,
-            WHEN_NOT,
-            "en",
-            "A Fuel card resolves it when you use its Fuel option.",
-            False,
-        ),
+        (when_not_check, WHEN_NOT, "en", "It resolves when you use its Fuel option.", False),
         (when_not_check, WHEN_NOT, "en", "It does not when you use its other option.", True),
         (when_not_check, WHEN_NOT, "en", "Only its Fuel option resolves it.", True),
-        (
-            when_not_check,
-            "什么时候不能打黄色地图卡？",
-            "zh",
-            "你必须先打橙色地图卡（Orange）。",
-            False,
-        ),
+        (when_not_check, "什么时候不能打黄色地图卡？", "zh", "你必须先打橙色卡。", False),
         (when_not_check, "什么时候不能打黄色地图卡？", "zh", "相邻的橙色卡没打之前不能打。", True),
         (when_not_check, "什么时候不能打黄色地图卡？", "zh", "只有打完相邻的橙色卡才能打。", True),
     ],
