@@ -48,25 +48,6 @@ ALLOWING = "If you enter a tile and DO NOT have any monster cards attached, you 
             "除非{condition}，否则你不能搜刮。",
         ),
         ("玩家什么时候不会受到推动？", "zh", "玩家什么时候会受到推动，什么时候不会？", None),
-        (
-            "When am I not allowed to scavenge a tile?",  # "not" after the subject
-            "en",
-            "When can I scavenge a tile, and when not?",
-            "You can't scavenge a tile unless {condition}.",
-        ),
-        (
-            "When should I not rotate the token?",
-            "en",
-            "When should I rotate the token, and when not?",
-            None,
-        ),
-        ("什么情况下3级卡不放进牌库？", "zh", "什么情况下3级卡放进牌库，什么情况下不？", None),
-        (
-            "什么时候没法调查来源？",
-            "zh",
-            "什么时候可以调查来源，什么时候没法？",
-            "除非{condition}，否则没法调查来源。",
-        ),
     ],
 )
 def test_negated_when_questions_are_asked_both_ways_or_answered_around_a_condition(
@@ -86,8 +67,6 @@ def test_negated_when_questions_are_asked_both_ways_or_answered_around_a_conditi
         ("why can't I move diagonally?", "en"),
         ("怪物生成在玩家格，是立刻激活吗？", "zh"),
         ("什么时候可以搜刮？", "zh"),
-        ("什么时候不同的玩家可以交易？", "zh"),  # 不同 is "different", no negation
-        ("can I dodge when it's not my turn?", "en"),
     ],
 )
 def test_other_questions_are_left_alone(question: str, lang: str) -> None:

@@ -32,7 +32,6 @@ _EN_POSITIVE = {
     "won't": "will",
     "isn't": "is",
     "aren't": "are",
-    "shouldn't": "should",
 }
 _EN_QUESTION = re.compile(
     r"^(?P<lead>.*?\b(?P<wh>when|where|in which (?:cases?|situations?)"
@@ -52,14 +51,11 @@ _ZH_POSITIVE = {
     "不得": "可以",
     "不用": "需要",
     "可以不": "需要",  # 什么情况下可以不选？ asks when one needn't
-    "没法": "可以",
-    "不再": "",
-    "不": "",  # any other verb negated: 什么情况下不结算？
 }
 _ZH_QUESTION = re.compile(
-    r"^(?P<lead>.*?(?P<wh>什么时候|何时|什么情况下|哪些情况下|哪种情况下|什么条件下|哪些时候|在哪里|哪里))"
+    r"^(?P<lead>.*?(?P<wh>什么时候|何时|什么情况下|哪些情况下|哪种情况下|什么条件下|在哪里|哪里))"
     r"(?P<subject>[^，。？?！]{0,8}?)"
-    r"(?P<neg>" + "|".join(n if n != "不" else "不(?![同过])" for n in _ZH_POSITIVE) + r")"
+    r"(?P<neg>" + "|".join(_ZH_POSITIVE) + r")"
     r"(?P<rest>[^？?]+?)\s*[？?]*\s*$"
 )
 
@@ -93,30 +89,12 @@ def _is_negative(rule: str) -> bool:
 
 # A negation typed without its apostrophe at the table ("when cant I …", "doesnt").
 _BARE_NEGATION = re.compile(r"\b(ca|do|does|wo|is|are)nt\b", re.IGNORECASE)
-# "when am I not allowed to X" asks "when can't I X"; "when does a tile NOT get …", "when
-# doesn't a tile get …".
-_NOT_ALLOWED = re.compile(
-    r"\b(?P<wh>when|where)\s+(?:am|is|are)\s+(?P<who>\S+(?:\s+\S+){0,3}?)\s+not\s+allowed\s+to\b",
-    re.IGNORECASE,
-)
-_NOT_AFTER_SUBJECT = re.compile(
-    r"\b(?P<wh>when|where)\s+(?P<aux>do|does|is|are|should|can)\s+"
-    r"(?P<who>\S+(?:\s+\S+){0,6}?)\s+not\b",
-    re.IGNORECASE,
-)
-_CONTRACTED = {"do": "don't", "does": "doesn't", "is": "isn't", "are": "aren't",
-               "should": "shouldn't", "can": "can't"}  # fmt: skip
 
 
 def typed(question: str) -> str:
-    """The question with its negation where the shapes below read it: apostrophes straight,
-    a negation typed without one given one ("cant" -> "can't"), and a "not" after the
-    subject put before it ("when am I not allowed to X" -> "when can't I X")."""
-    text = _BARE_NEGATION.sub(r"\1n't", question.strip().replace("\u2019", "'"))
-    text = _NOT_ALLOWED.sub(lambda m: f"{m['wh']} can't {m['who']}", text)
-    return _NOT_AFTER_SUBJECT.sub(
-        lambda m: f"{m['wh']} {_CONTRACTED[m['aux'].lower()]} {m['who']}", text
-    )
+    """The question with its apostrophes as the shapes below read them: curly ones straight,
+    and a negation typed without one given one ("cant" -> "can't")."""
+    return _BARE_NEGATION.sub(r"\1n't", question.strip().replace("\u2019", "'"))
 
 
 def _when_not(question: str, lang: Lang) -> re.Match[str] | None:
@@ -148,7 +126,7 @@ _EN_WORD = re.compile(r"[A-Za-z']+")
 # Only a question about being allowed is turned round: "you may X if C" means you cannot X
 # unless C, but "X happens when C" does not say that nothing else brings X about.
 _PERMISSION = frozenset(
-    {"can't", "cannot", "can not", "may not", "不能", "不可以", "不可", "无法", "没法", "不得"}
+    {"can't", "cannot", "can not", "may not", "不能", "不可以", "不可", "无法", "不得"}
 )
 # A rule that names its own exception ("every turn except the first") is copied as it is.
 _EXCEPTION = re.compile(
