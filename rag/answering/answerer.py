@@ -359,8 +359,10 @@ def _row_conclusion(
     quote = next(
         (q for q in quotes if (q.chunk_id, q.text) == (closest.hit.chunk.id, closest.text)), None
     )
-    answer = row_answer(question.text, question.lang, closest.text) if quote else None
-    return (answer, quote) if answer and quote else None
+    if quote is None:
+        return None
+    answer = row_answer(question.text, question.lang, closest.text)
+    return (answer, quote) if answer else None
 
 
 def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote]:

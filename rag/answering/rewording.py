@@ -91,14 +91,14 @@ def _is_negative(rule: str) -> bool:
 _BARE_NEGATION = re.compile(r"\b(ca|do|does|wo|is|are)nt\b", re.IGNORECASE)
 
 
-def typed(question: str) -> str:
+def _typed(question: str) -> str:
     """The question with its apostrophes as the shapes below read them: curly ones straight,
     and a negation typed without one given one ("cant" -> "can't")."""
     return _BARE_NEGATION.sub(r"\1n't", question.strip().replace("\u2019", "'"))
 
 
 def _when_not(question: str, lang: Lang) -> re.Match[str] | None:
-    return (_ZH_QUESTION if lang == "zh" else _EN_QUESTION).match(typed(question))
+    return (_ZH_QUESTION if lang == "zh" else _EN_QUESTION).match(_typed(question))
 
 
 def asks_when_not(question: str, lang: Lang) -> bool:
@@ -315,7 +315,7 @@ _ZH_YES_NO = re.compile(r"吗\s*[？?]?\s*$|是否|能否|可否|([\u4e00-\u9fff
 
 def asks_yes_or_no(question: str, lang: Lang) -> bool:
     """Whether the question asks for a yes or a no ("Is it immediate?", "是立刻激活吗？")."""
-    text = typed(question)
+    text = _typed(question)
     if lang == "zh":
         return bool(_ZH_YES_NO.search(text))
     clauses = [c.strip() for c in _CLAUSE_BREAK.split(text) if c.strip()]
