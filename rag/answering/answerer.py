@@ -338,9 +338,8 @@ def _unless_conclusion(
     """The unless `frame` filled with the condition of the closest chosen rule that allows
     the thing under one (in the asker's language: its kept rendering, if it has one), and
     the check saying so; None when no chosen rule is shaped that way."""
-    shown = {(q.chunk_id, q.text): q for q in basis}
     for sentence in chosen:  # closest first
-        quote = shown.get((sentence.hit.chunk.id, sentence.text))
+        quote = _quote_of(sentence, basis)
         if quote is None:
             continue
         rule = quote.text if sentence.hit.chunk.lang == lang else quote.translation
@@ -356,13 +355,17 @@ def _row_conclusion(
 ) -> tuple[str, Quote] | None:
     """The answer read off the closest quoted sentence's row for the players the question
     names, if that sentence is a player-count table with such a row, and its quote."""
-    quote = next(
-        (q for q in quotes if (q.chunk_id, q.text) == (closest.hit.chunk.id, closest.text)), None
-    )
+    quote = _quote_of(closest, quotes)
     if quote is None:
         return None
     answer = row_answer(question.text, question.lang, closest.text)
     return (answer, quote) if answer else None
+
+
+def _quote_of(sentence: Sentence, quotes: Sequence[Quote]) -> Quote | None:
+    """The shown quote of a candidate sentence, if it is among `quotes`."""
+    key = (sentence.hit.chunk.id, sentence.text)
+    return next((q for q in quotes if (q.chunk_id, q.text) == key), None)
 
 
 def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote]:

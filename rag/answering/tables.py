@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from rag.lang import is_number_row
+from rag.lang import CELL_MARK, is_number_row
 from rag.types import Lang
 
 _EN_COUNT = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -27,7 +27,7 @@ _ZH_COUNT = {"两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 
 _ZH_PLAYERS = re.compile(rf"(?P<n>\d+|[{''.join(_ZH_COUNT)}])\s*(?:个|名|位)?\s*(?:人|玩家)")
 # A header's first cell naming the player count: "Number of players", "Players", 人数.
 _PLAYERS_COLUMN = re.compile(r"\bplayers?\b|玩家|人数", re.IGNORECASE)
-_CELL = re.compile(r"\s*\|\s*")
+_CELL = re.compile(rf"\s*{re.escape(CELL_MARK.strip())}\s*")
 _FOOTNOTE = re.compile(r"[*†‡]")
 
 

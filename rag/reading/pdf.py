@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rag.errors import IngestError
-from rag.lang import CJK_RE, is_number_row
+from rag.lang import CELL_MARK, CJK_RE, is_number_row
 
 _TINY = 0.55  # of the body size: smaller text is decoration, not rules
 _DROP_CAP = 1.8  # of the body size: a lone letter this large starts a paragraph
@@ -414,7 +414,7 @@ def _table_text(lines: list[_Line]) -> str | None:
     if len(first) < 2 or len(lower) > 2:
         return None
     if not lower:
-        return " | ".join(cell.text for cell in first) if is_number_row(lines[0].text) else None
+        return CELL_MARK.join(c.text for c in first) if is_number_row(lines[0].text) else None
     if any(len(cell.words) > _MAX_CELL_WORDS for row in (first, *lower) for cell in row):
         return None
     columns: list[list[str]] = [[cell.text] for cell in first]
@@ -424,7 +424,7 @@ def _table_text(lines: list[_Line]) -> str | None:
             return None
         for cell, (i,) in zip(row, under, strict=True):
             columns[i].append(cell.text)
-    return " | ".join(_joined(column) for column in columns)
+    return CELL_MARK.join(_joined(column) for column in columns)
 
 
 # ---------------------------------------------------------------- furniture and headings
