@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,13 @@ from eval import DEFAULT_GOLD
 from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
-from rag.answering.quotes import PassageChoice, deciding_sentences, make_quotes, quoted_sentences
+from rag.answering.quotes import (
+    BY_SENTENCES_AND_PASSAGE,
+    PassageChoice,
+    deciding_sentences,
+    make_quotes,
+    quoted_sentences,
+)
 from rag.lang import detect_lang
 from rag.metrics import facts_covered, ratio, supported_citations
 from rag.pipeline import Pipeline
@@ -77,6 +84,12 @@ CHOICES: dict[str, Choice] = {
             one_passage(7, PassageChoice(passage_weight=w, lexical_weight=lex, rank_penalty=p))
         )
         for w, lex, p in WEIGHTS
+    },
+    **{
+        f"default, a one-sentence passage's sentence again at {lone}, 7 quotes": one_passage(
+            7, replace(BY_SENTENCES_AND_PASSAGE, lone_weight=lone)
+        )
+        for lone in (0.3, 0.35, 0.4, 0.45, 0.5)
     },
     "as answers choose (both passages for when-not questions they disagree on), 7 quotes": (
         as_answers_choose(7)

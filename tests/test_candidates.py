@@ -115,6 +115,16 @@ def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
     assert deciding_sentences([], 5) == []
 
 
+def test_a_one_sentence_passage_may_count_its_sentence_again() -> None:
+    definition = [_sentence(0, 0, 0.60)]  # 0.60 + 0.4 x 0.60 = 0.84
+    rule = [_sentence(1, 0, 0.50), _sentence(1, 1, 0.30)]  # 0.80
+    lone = PassageChoice(lone_weight=0.4)
+    assert {s.passage for s in deciding_sentences([*definition, *rule], 5, lone)} == {0}
+    assert {s.passage for s in deciding_sentences([*definition, *rule], 5, BY_SENTENCES)} == {1}
+    closer_rule = [_sentence(1, 0, 0.50), _sentence(1, 1, 0.40)]  # 0.90: two close ones win
+    assert {s.passage for s in deciding_sentences([*definition, *closer_rule], 5, lone)} == {1}
+
+
 def _scored(passage: int, dense: float, lexical: float | None, *scores: float) -> list[Sentence]:
     hit = replace(HITS[passage], dense_score=dense, lexical_score=lexical)
     return [Sentence(hit, passage, i, f"sentence {i}", score) for i, score in enumerate(scores)]
