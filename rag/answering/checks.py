@@ -147,7 +147,7 @@ def miscounted(text: str, sources: Sequence[str]) -> list[str]:
 
 # A bound on a number, by the words around it: "below 6" is (6, below, strict), "6 or more"
 # (6, above, inclusive). Chinese 以下 and 以上 are read either way, so they agree with both.
-_NUMBER = rf"(\d+|(?:{'|'.join(_EN_NUMBER_WORDS)})\b|{_ZH_NUMERAL.pattern})"
+NUMBER = rf"(\d+|(?:{'|'.join(_EN_NUMBER_WORDS)})\b|{_ZH_NUMERAL.pattern})"
 Side = Literal["below", "above"]
 _COUNTED = r"\s*[个张点名次枚块格颗轮位回]?\s*"  # a measure word between: 6张或以上
 # Words before the number (a phrase before a shorter one it contains), then words after it,
@@ -174,9 +174,9 @@ _BOUND_WORDS: tuple[tuple[Literal["before", "after"], str, Side, bool | None], .
 _BOUNDS = [
     (
         re.compile(
-            rf"(?:{words})\s*有?\s*{_NUMBER}"
+            rf"(?:{words})\s*有?\s*{NUMBER}"
             if position == "before"
-            else rf"(?<![A-Za-z\d.]){_NUMBER}{words}",
+            else rf"(?<![A-Za-z\d.]){NUMBER}{words}",
             re.IGNORECASE,
         ),
         side,
@@ -201,8 +201,8 @@ class Bound:
         )
 
 
-def _number_value(word: str) -> int | None:
-    """What `_NUMBER` captured: digits or an English number word, else a Chinese numeral."""
+def number_value(word: str) -> int | None:
+    """What `NUMBER` captured: digits or an English number word, else a Chinese numeral."""
     value = _count_value(word.lower(), articles=False)
     return value if value is not None else _zh_value(word)
 
@@ -217,7 +217,7 @@ def bounds(text: str) -> list[Bound]:
     )  # fmt: skip
     found, taken = [], 0
     for match, side, inclusive in matches:
-        value = _number_value(match[1])
+        value = number_value(match[1])
         # Overlaps are dropped: "no more than 5" holds "more than 5", which it is not.
         if match.start() >= taken and value is not None:
             found.append(Bound(value, side, inclusive, match[0].strip()))

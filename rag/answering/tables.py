@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import re
 
+from rag.answering.checks import NUMBER, number_value
 from rag.lang import CELL_MARK, is_number_row
 from rag.types import Lang
 
-_EN_COUNT = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-             "nine": 9, "ten": 10}  # fmt: skip
-_EN_PLAYERS = re.compile(
-    rf"\b(?P<n>\d+|{'|'.join(_EN_COUNT)})[\s-]*(?:players?|people|persons|of us)\b",
-    re.IGNORECASE,
-)
-_ZH_COUNT = {"两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9,
-             "十": 10}  # fmt: skip
-_ZH_PLAYERS = re.compile(rf"(?P<n>\d+|[{''.join(_ZH_COUNT)}])\s*(?:个|名|位)?\s*(?:人|玩家)")
+# The count is read as the checks read numbers: digits, English words, Chinese numerals
+# (十二人 is twelve, not the 二人 at its end); 每一个人 (each one) and 第一个人 (the first)
+# name no count.
+_EN_PLAYERS = re.compile(rf"\b{NUMBER}[\s-]*(?:players?|people|persons|of us)\b", re.IGNORECASE)
+_ZH_PLAYERS = re.compile(rf"(?<![每第]){NUMBER}\s*(?:个|名|位)?\s*(?:人|玩家)")
 # A header's first cell naming the player count: "Number of players", "Players", 人数.
 _PLAYERS_COLUMN = re.compile(r"\bplayers?\b|玩家|人数", re.IGNORECASE)
 _CELL = re.compile(rf"\s*{re.escape(CELL_MARK.strip())}\s*")
@@ -36,8 +33,7 @@ def player_count(question: str, lang: Lang) -> int | None:
     match = (_ZH_PLAYERS if lang == "zh" else _EN_PLAYERS).search(question)
     if match is None:
         return None
-    word = match["n"].lower()
-    return int(word) if word.isdigit() else (_ZH_COUNT if lang == "zh" else _EN_COUNT)[word]
+    return number_value(match[1])
 
 
 def _covers(cell: str, players: int) -> bool:
