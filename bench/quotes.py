@@ -91,9 +91,11 @@ CHOICES: dict[str, Choice] = {
         )
         for lone in (0.3, 0.35, 0.4, 0.45, 0.5)
     },
-    "as answers choose (both passages for when-not questions they disagree on), 7 quotes": (
-        as_answers_choose(7)
-    ),
+    **{
+        f"as answers choose (both passages for when-not questions they disagree on), "
+        f"{most} quotes": as_answers_choose(most)
+        for most in (7, 10, 12, 15)
+    },
 }
 
 
