@@ -21,14 +21,15 @@ CJK_RE = re.compile(f"[{_CJK}]")
 ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
 
 # Between a table row's cells, as PDF reading writes them ("4*- 5 | 3 | 2").
-CELL_MARK = " | "
+CELL_SEPARATOR = "|"
+CELL_MARK = f" {CELL_SEPARATOR} "
 # A table cell holding a number ("15", "4*-", "2/3"): a line of them is a table's row.
 _NUMBER_CELL = re.compile(r"[\d*+\-–/%.,()]*\d[\d*+\-–/%.,()]*")
 
 
 def is_number_row(line: str) -> bool:
     """Whether a line is numbers alone ("7*- 8 5 3", "4 | 15 | 4 | 1"), a table's row."""
-    cells = [c for c in line.split() if c != CELL_MARK.strip()]
+    cells = [c for c in line.split() if c != CELL_SEPARATOR]
     return len(cells) >= 2 and all(map(_NUMBER_CELL.fullmatch, cells))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from rag.answering.checks import NUMBER, number_value
-from rag.lang import CELL_MARK, is_number_row
+from rag.lang import CELL_SEPARATOR, is_number_row
 from rag.types import Lang
 
 # The count is read as the checks read numbers: digits, English words, Chinese numerals
@@ -24,7 +24,7 @@ _EN_PLAYERS = re.compile(rf"\b{NUMBER}[\s-]*(?:players?|people|persons|of us)\b"
 _ZH_PLAYERS = re.compile(rf"(?<![每第]){NUMBER}\s*(?:个|名|位)?\s*(?:人|玩家)")
 # A header's first cell naming the player count: "Number of players", "Players", 人数.
 _PLAYERS_COLUMN = re.compile(r"\bplayers?\b|玩家|人数", re.IGNORECASE)
-_CELL = re.compile(rf"\s*{re.escape(CELL_MARK.strip())}\s*")
+_CELL = re.compile(rf"\s*{re.escape(CELL_SEPARATOR)}\s*")
 _FOOTNOTE = re.compile(r"[*†‡]")
 
 
