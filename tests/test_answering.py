@@ -412,6 +412,7 @@ def test_numbers_are_read_in_every_form() -> None:
     assert stated_numbers("roll 2 dice, draw three, 两张, 十二点, 第二十五步, D6 [7]") == {
         2, 3, 12, 25
     }  # fmt: skip
+    assert stated_numbers("the first player draws, the third best scores") == {3}
 
 
 def test_a_conclusion_must_be_in_the_askers_language() -> None:
@@ -705,8 +706,15 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     lost = "你每次抽一张牌，然后弃一张牌。"  # the condition's 10 left out
     kept = "如果你有10张牌时抽牌，你先抽牌再弃一张牌。"
     step = "2. Shuffle the deck."  # a list item's own number may be left out
+    pdf_step = "4 Shuffle the Wire cards and deal five face down to each player."
+    dealt = "洗混线牌，面朝下发给每位玩家5张。"
+    ranks = "The second best scores 1 point, the third best gets 0."  # 第二 is 2, as "second"
+    ranked = "第二名得1分，第三名得0分。"
     for sentence, reply, shown in ((condition, lost, None), (condition, kept, kept),
-                                   (step, "洗牌。", "洗牌。")):  # fmt: skip
+                                   (step, "洗牌。", "洗牌。"), (pdf_step, dealt, dealt),
+                                   (pdf_step, "洗混线牌，面朝下发给每位玩家。", None),
+                                   (ranks, ranked, ranked),
+                                   (ranks, "第二名得1分，第四名得0分。", None)):  # fmt: skip
         translator = Translator(ScriptedGenerator(conclusions=[reply]))
         assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
 

@@ -41,6 +41,11 @@ _DIGITS = re.compile(r"(?<![\[\d.A-Za-z])\d+(?![\]\d])")
 _EN_NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
                     "ten", "eleven", "twelve")  # fmt: skip
 _EN_WORD_VALUE = {word: n for n, word in enumerate(_EN_NUMBER_WORDS, start=1)}
+# Read as numbers, as Chinese reads 第二 as 2 ("the second best scores 3" is 第二名得3分),
+# but counting nothing: "draw the second card" draws one.
+_EN_ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
+                "tenth", "eleventh", "twelfth")  # fmt: skip
+_EN_ORDINAL_VALUE = {word: n for n, word in enumerate(_EN_ORDINALS, start=2)}
 _ZH_DIGIT = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
              "九": 9}  # fmt: skip
 _ZH_NUMERAL = re.compile("[一二两三四五六七八九十]+")
@@ -57,7 +62,8 @@ def _zh_value(numeral: str) -> int | None:
 
 
 def stated_numbers(text: str, *, one_words: bool = True) -> set[int]:
-    """The numbers a text states: digits, English number words and Chinese numerals.
+    """The numbers a text states: digits, English number words and ordinals from "second",
+    and Chinese numerals.
 
     With one_words False, "one" and 一 are not counted: a conclusion says "draw one card"
     or 抽一张 where the rule says "draw a card", and 一 is part of many words.
@@ -67,6 +73,8 @@ def stated_numbers(text: str, *, one_words: bool = True) -> set[int]:
     for word in re.findall(r"[a-z]+", text.lower()):
         if word in _EN_WORD_VALUE and (one_words or word != "one"):
             numbers.add(_EN_WORD_VALUE[word])
+        elif word in _EN_ORDINAL_VALUE:
+            numbers.add(_EN_ORDINAL_VALUE[word])
     for numeral in _ZH_NUMERAL.findall(text):
         value = _zh_value(numeral) if one_words or numeral != "一" else None
         if value is not None:
@@ -485,8 +493,9 @@ def foreign_glosses(translation: str, quote: str) -> list[str]:
     return [g for g in ENGLISH_GLOSS.findall(translation) if not _words(g) <= own]
 
 
-# A list item's own number ("2. Shuffle the deck."): a rendering may leave it out.
-_ITEM_NUMBER = re.compile(r"^\s*\d+[.)]\s")
+# A list item's own number ("2. Shuffle the deck.", or a PDF step's "4 Shuffle the Wire
+# cards…", the capital word after it): a rendering may leave it out.
+_ITEM_NUMBER = re.compile(r"^\s*\d+(?:[.)]\s|\s+(?=[A-Z][a-z]))")
 
 
 def dropped_numbers(translation: str, quote: str) -> set[int]:
