@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import ScriptedGenerator
 
-from rag.answering.translation import RenderingStore, Translator
+from rag.answering import translation
+from rag.answering.translation import RenderingStore, Translator, translation_prompt
 from rag.errors import InputError
 from rag.pipeline import Pipeline
+from rag.settings import BUILTIN_CORPUS, GenerationSettings
 
 HAND_LIMIT = "Your hand limit is ten cards."
 
@@ -42,6 +44,24 @@ def test_another_model_does_not_use_the_renderings(tmp_path: Path) -> None:
     assert RenderingStore(tmp_path, "llama:big").get(HAND_LIMIT, "zh") is None
 
 
+def test_the_sentence_is_a_message_of_its_own_after_a_worked_example() -> None:
+    # Appended to the task, a short sentence was read as part of it and the task translated.
+    messages = translation_prompt("These tokens are optional.", "zh").messages
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[-1]["content"] == "These tokens are optional."
+    assert "optional" not in messages[1]["content"]
+    assert '"translation"' in messages[2]["content"]  # the example's reply has the asked shape
+
+
+def test_a_changed_example_starts_a_new_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = RenderingStore(tmp_path, "m").path
+    said = dict(translation.phrases("zh"), translate_example="Draw two cards.")
+    monkeypatch.setattr(translation, "phrases", lambda lang: said if lang == "zh" else {})
+    assert RenderingStore(tmp_path, "m").path != before
+
+
 def test_shipped_renderings_are_read_and_new_ones_go_to_the_home(tmp_path: Path) -> None:
     shipped = tmp_path / "corpus" / "renderings"
     RenderingStore(shipped, "m").put(HAND_LIMIT, "zh", "手牌上限是十张。")
@@ -52,6 +72,15 @@ def test_shipped_renderings_are_read_and_new_ones_go_to_the_home(tmp_path: Path)
     assert store.path.parent == tmp_path / "home" and store.path.is_file()
     assert "抽一张牌" not in (shipped / store.path.name).read_text(encoding="utf-8")
     assert RenderingStore(tmp_path / "other", "m2", shipped=shipped).get(HAND_LIMIT, "zh") is None
+
+
+def test_the_built_in_rulebooks_renderings_ship_for_the_current_prompt(tmp_path: Path) -> None:
+    # A changed translation prompt starts a new store: the shipped one must be made again
+    # (`rules render zh`, copied to corpus/renderings/), or Chinese questions wait for it.
+    shipped = BUILTIN_CORPUS / "renderings"
+    model = f"llama:{GenerationSettings().model}"
+    store = RenderingStore(tmp_path, model, shipped=shipped)
+    assert (shipped / store.path.name).is_file()
 
 
 def test_a_damaged_line_costs_its_rendering_and_a_half_written_one_waits(tmp_path: Path) -> None:

@@ -44,13 +44,24 @@ TRANSLATION_SCHEMA = {
 
 
 def translation_prompt(text: str, lang: Lang) -> Prompt:
-    task = phrases(lang)["translate"]
+    """The task with a worked example, then the sentence as a message of its own (see
+    phrases.toml): every rendering's prompt is the same up to the sentence, so llama.cpp
+    reads the shared part once for a run of renderings."""
+    said = phrases(lang)
+    example = json.dumps(
+        {TRANSLATION_FIELD: said["translate_example_rendering"]}, ensure_ascii=False
+    )
     return Prompt(
         task="translate",
         question=text,
         messages=[
             system_message(),
-            {"role": "user", "content": fill(task, "translate", sentence=text)},
+            {
+                "role": "user",
+                "content": f"{fill(said['translate'], 'translate')}\n\n{said['translate_example']}",
+            },
+            {"role": "assistant", "content": example},
+            {"role": "user", "content": text},
         ],
         schema=TRANSLATION_SCHEMA,
         max_tokens=TRANSLATION_TOKENS,
@@ -65,16 +76,12 @@ class RenderingStore:
     built-in rulebooks' renderings made ahead by the default model, read-only."""
 
     def __init__(self, folder: Path, model: str, shipped: Path | None = None) -> None:
-        fingerprint = hashlib.sha256(
-            json.dumps(
-                [
-                    system_message(),
-                    TRANSLATION_SCHEMA,
-                    [phrases(lang).get("translate") for lang in LANGS],
-                ]
-            ).encode()
-        ).hexdigest()[:10]
-        name = f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint}.jsonl"
+        # The prompt a rendering is made from, all but its sentence.
+        prompts = [
+            translation_prompt("", lang).messages for lang in LANGS if "translate" in phrases(lang)
+        ]
+        fingerprint = hashlib.sha256(json.dumps([prompts, TRANSLATION_SCHEMA]).encode()).hexdigest()
+        name = f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint[:10]}.jsonl"
         self.path = folder / name
         self._known: dict[tuple[str, str], str] = {}
         self._read_to = 0
