@@ -718,6 +718,18 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         translator = Translator(ScriptedGenerator(conclusions=[reply]))
         assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
 
+    # A unit written against its number ("3AP") is the quote's word; a bracket holding
+    # Chinese is an aside, not a gloss.
+    gain = "At the beginning of a player's turn, they gain 3AP."
+    options = "To use a card, choose one option (A or B) and do all included actions."
+    gained, chosen = "每回合开始时，该玩家获得3点行动点（AP）。", "选择一个选项（A或B）并执行。"
+    for sentence, reply in ((gain, gained), (options, chosen)):
+        translator = Translator(ScriptedGenerator(conclusions=[reply]))
+        assert translator.translate([quote(sentence)], "zh")[0][0].translation == reply
+    expanded = "每回合开始时，该玩家获得3点行动点（Action Points）。"  # not the quote's words
+    translator = Translator(ScriptedGenerator(conclusions=[expanded]))
+    assert translator.translate([quote(gain)], "zh")[0][0].translation is None
+
     echo = (
         "请遵守所有条件、数字和否定（not、only、unless）。"
         "在每个游戏术语之后给出英语单词（例如：潜行判定（Stealth test））。"

@@ -484,13 +484,19 @@ def strip_markers(text: str, shown: Sequence[int]) -> tuple[str, Check]:
 # --- translations ------------------------------------------------------------------------
 
 
+# Between a number and the unit written against it: "3AP" holds the word "AP".
+_NUMBER_UNIT = re.compile(r"(?<=\d)(?=[A-Za-z])")
+
+
 def foreign_glosses(translation: str, quote: str) -> list[str]:
     """Bracketed English terms in a rendering that its quote does not contain: the rendering
     gives a term's English word "the first time", and a word the quote lacks was not taken
     from it (the 1.5B model has returned the instruction's own example, 潜行判定（Stealth
     test）, as the "translation" of an unrelated sentence)."""
-    own = _words(quote)
-    return [g for g in ENGLISH_GLOSS.findall(translation) if not _words(g) <= own]
+    own = _words(_NUMBER_UNIT.sub(" ", quote))
+    # Brackets holding Chinese are the sentence's own asides (（A或B）, （例如C）), not glosses.
+    glosses = [g for g in ENGLISH_GLOSS.findall(translation) if not CJK_RE.search(g)]
+    return [g for g in glosses if not _words(g) <= own]
 
 
 # A list item's own number ("2. Shuffle the deck.", or a PDF step's "4 Shuffle the Wire
