@@ -262,6 +262,14 @@ def test_a_rules_consequence_reversed_under_a_condition_of_its_own_is_caught() -
     assert negation_check(same_way, [success]).passed
 
 
+def test_a_not_spelled_out_of_a_privative_word_is_no_reversal() -> None:
+    removed = [quote("All non-location cards are removed from the game.")]
+    spelled_out = "All cards that are not locations are removed from the game."
+    assert negation_check(spelled_out, removed).passed
+    kept = "All non-location cards are not removed from the game."  # its own "non" kept
+    assert not negation_check(kept, removed).passed
+
+
 def test_a_claim_restating_one_of_two_clauses_keeps_that_clauses_negations() -> None:
     quotes = [
         quote(
@@ -726,6 +734,21 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     for sentence, reply in ((gain, gained), (options, chosen)):
         translator = Translator(ScriptedGenerator(conclusions=[reply]))
         assert translator.translate([quote(sentence)], "zh")[0][0].translation == reply
+    # An English word holding a "not" is said with a negator in Chinese: one more "not" is
+    # its, one fewer is a lost negation; a bare "instead" holds none.
+    infinite, unrecruited = "Mutants have infinite movement.", "An attached Ally is unrecruited."
+    missed = "If the thrown card does not touch another card in play, it has missed."
+    hunger = "When you would increase your Hunger, instead move the hunger die one step down."
+    missed_kept = "如果投掷的牌没有接触场上的牌，它就未命中。"
+    touched = "如果投掷的牌接触场上的牌，它就命中了。"  # its "not" lost
+    in_its_place = "你要增加饥饿时，而不是把饥饿骰下移。"
+    for sentence, reply, shown in ((infinite, "变异体可以无限移动。", "变异体可以无限移动。"),
+                                   (unrecruited, "附着的盟友未被招募。", "附着的盟友未被招募。"),
+                                   (missed, missed_kept, missed_kept), (missed, touched, None),
+                                   (hunger, in_its_place, None)):  # fmt: skip
+        translator = Translator(ScriptedGenerator(conclusions=[reply]))
+        assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
+
     expanded = "每回合开始时，该玩家获得3点行动点（Action Points）。"  # not the quote's words
     translator = Translator(ScriptedGenerator(conclusions=[expanded]))
     assert translator.translate([quote(gain)], "zh")[0][0].translation is None

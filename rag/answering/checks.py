@@ -273,6 +273,17 @@ _EN_NEGATION = re.compile(
 # 不 except in words where it negates nothing (不同 different, 不过 but, 不断 constantly …),
 # 无 except 无论 (whatever), 非 except 非常 (very); 除非 (unless) counts through its 非.
 _ZH_NEGATION = re.compile(r"不(?![同断仅过少久论管如料妨但])|没|无(?!论)|未|非(?!常)|勿|禁止")
+# English words holding a "not" that Chinese says with a negator: un- and non- words
+# (unrevealed 未揭示, non-location 非地点), -less words, infinite 无限, instead of 而不是,
+# other than 非, miss 未命中, fail 未能, run out 没有, lack 缺少. Not a bare "instead" ("instead
+# move the die": do this in its place), nor words that merely begin with "un" (until, unit …).
+_EN_PRIVATIVE = re.compile(
+    r"\b(?:un(?!til|der|it|iq|ivers|ion|iform|animous)[a-z]{3,}|non-?(?!etheless)[a-z]{3,}"
+    r"|[a-z]{3,}less|in(?:finite|valid|active|complete|sufficient|eligible)|impossible"
+    r"|illegal|instead of|other than|miss(?:es|ed|ing)?|fail(?:s|ed|ing)?|lack(?:s|ed|ing)?"
+    r"|(?:run|runs|ran|running) out)\b",
+    re.IGNORECASE,
+)
 # A yes/no answer word opening a conclusion answers the question; the claim follows it.
 _ANSWER_WORD = re.compile(
     r"^\s*(?:(?:yes|no)\b[\s,.;:!—-]*"
@@ -334,9 +345,21 @@ def restated(sentence: str, sources: Sequence[str], share: float = RESTATES) -> 
     return max(range(len(sources)), key=dice.__getitem__)
 
 
+def privatives(text: str) -> int:
+    """English words that say "not" inside themselves (`_EN_PRIVATIVE`)."""
+    return len(_EN_PRIVATIVE.findall(text))
+
+
 def flipped(claim: str, source: str) -> bool:
-    """Whether a restatement says "not" an odd number of times more or less than its source."""
-    return negations(claim) % 2 != negations(source) % 2
+    """Whether a restatement says "not" an odd number of times more or less than its source,
+    beyond what privative words spelled out account for: "unrevealed" may be 未揭示 or "not
+    revealed", but "non-location cards are not removed" still reverses "non-location cards
+    are removed"."""
+    extra = negations(claim) - negations(source)
+    if extra % 2 == 0:
+        return False
+    fewer, more = (source, claim) if extra > 0 else (claim, source)
+    return abs(extra) > privatives(fewer) - privatives(more)
 
 
 def reversed_under_own_condition(claim: str, source: str) -> bool:
