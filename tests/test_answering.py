@@ -742,10 +742,14 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     missed_kept = "如果投掷的牌没有接触场上的牌，它就未命中。"
     touched = "如果投掷的牌接触场上的牌，它就命中了。"  # its "not" lost
     in_its_place = "你要增加饥饿时，而不是把饥饿骰下移。"
+    # Only 未, 非, 无, 没有 or 而不是 spell a privative word out, not a verb's 不 nor 除非:
+    uncovered = "Cards you throw are not active until your next turn, and only if uncovered."
+    misread = "扔出的牌不会在下一回合开始时生效，除非图标完全露出。"
     for sentence, reply, shown in ((infinite, "变异体可以无限移动。", "变异体可以无限移动。"),
                                    (unrecruited, "附着的盟友未被招募。", "附着的盟友未被招募。"),
                                    (missed, missed_kept, missed_kept), (missed, touched, None),
-                                   (hunger, in_its_place, None)):  # fmt: skip
+                                   (hunger, in_its_place, None),
+                                   (uncovered, misread, None)):  # fmt: skip
         translator = Translator(ScriptedGenerator(conclusions=[reply]))
         assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
 

@@ -284,6 +284,8 @@ _EN_PRIVATIVE = re.compile(
     r"|(?:run|runs|ran|running) out)\b",
     re.IGNORECASE,
 )
+_ZH_PRIVATIVE = re.compile(r"未|(?<![除并])非(?!常)|无(?![法论需须])|没有|而不是")
+_UNLESS = re.compile(r"\bunless\b", re.IGNORECASE)
 # A yes/no answer word opening a conclusion answers the question; the claim follows it.
 _ANSWER_WORD = re.compile(
     r"^\s*(?:(?:yes|no)\b[\s,.;:!—-]*"
@@ -350,6 +352,14 @@ def privatives(text: str) -> int:
     return len(_EN_PRIVATIVE.findall(text))
 
 
+def spelled_privatives(text: str) -> int:
+    """Negations that can spell out a privative word: not a condition's "unless" (除非) and
+    not a verb's 不 or 无法 in Chinese, only 未, 非, 无, 没有 and 而不是."""
+    if CJK_RE.search(text):
+        return len(_ZH_PRIVATIVE.findall(text))
+    return negations(text) - len(_UNLESS.findall(text))
+
+
 def flipped(claim: str, source: str) -> bool:
     """Whether a restatement says "not" an odd number of times more or less than its source,
     beyond what privative words spelled out account for: "unrevealed" may be 未揭示 or "not
@@ -359,7 +369,7 @@ def flipped(claim: str, source: str) -> bool:
     if extra % 2 == 0:
         return False
     fewer, more = (source, claim) if extra > 0 else (claim, source)
-    return abs(extra) > privatives(fewer) - privatives(more)
+    return abs(extra) > min(privatives(fewer) - privatives(more), spelled_privatives(more))
 
 
 def reversed_under_own_condition(claim: str, source: str) -> bool:
