@@ -48,6 +48,33 @@ ALLOWING = "If you enter a tile and DO NOT have any monster cards attached, you 
             "除非{condition}，否则你不能搜刮。",
         ),
         ("玩家什么时候不会受到推动？", "zh", "玩家什么时候会受到推动，什么时候不会？", None),
+        # the "not" after the subject, or any 不 before a verb
+        (
+            "When does a monster not activate?",
+            "en",
+            "When does a monster activate, and when not?",
+            None,
+        ),
+        (
+            "When am I not allowed to scavenge?",
+            "en",
+            "When am I allowed to scavenge, and when not?",
+            None,  # its subject is not the rest's: no frame to fill
+        ),
+        (
+            "Which cards can't I discard?",
+            "en",
+            "Which cards can I discard, and which cards not?",
+            "You can't discard unless {condition}.",
+        ),
+        ("什么情况下，怪物却不会攻击？", "zh", "什么情况下，怪物却会攻击，什么情况下不会？", None),
+        ("哪些时候图标不算激活？", "zh", "哪些时候图标算激活，哪些时候不？", None),
+        (
+            "什么时候没法调查？",
+            "zh",
+            "什么时候可以调查，什么时候没法？",
+            "除非{condition}，否则没法调查。",
+        ),
     ],
 )
 def test_negated_when_questions_are_asked_both_ways_or_answered_around_a_condition(
@@ -67,6 +94,8 @@ def test_negated_when_questions_are_asked_both_ways_or_answered_around_a_conditi
         ("why can't I move diagonally?", "en"),
         ("怪物生成在玩家格，是立刻激活吗？", "zh"),
         ("什么时候可以搜刮？", "zh"),
+        ("When do I roll and not move?", "en"),  # "not" joined to another verb
+        ("什么时候不同的玩家交换手牌？", "zh"),  # 不同 negates nothing
     ],
 )
 def test_other_questions_are_left_alone(question: str, lang: str) -> None:

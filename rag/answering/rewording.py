@@ -33,11 +33,14 @@ _EN_POSITIVE = {
     "isn't": "is",
     "aren't": "are",
 }
+# The "not" may also follow the question's subject: "When does a monster not activate?",
+# "When am I not allowed to scavenge?" (its positive form drops the "not").
 _EN_QUESTION = re.compile(
-    r"^(?P<lead>.*?\b(?P<wh>when|where|in which (?:cases?|situations?)"
-    r"|in what (?:cases?|situations?)|under what (?:conditions?|circumstances))\s+)"
-    r"(?P<neg>" + "|".join(re.escape(n) for n in _EN_POSITIVE) + r")\s+"
-    r"(?P<rest>[^?]+?)\s*\?*\s*$",
+    r"^(?P<lead>.*?\b(?P<wh>when|where|(?:in )?which \w+|in what (?:cases?|situations?)"
+    r"|under what (?:conditions?|circumstances))\s+)"
+    r"(?P<neg>" + "|".join(re.escape(n) for n in _EN_POSITIVE) + r"|(?:do|does|can|could|will"
+    r"|would|is|are|am|may|must|should)\s+(?:(?!(?:and|or|but|then)\s)[\w'-]+\s+){1,7}?not)"
+    r"\s+(?P<rest>[^?]+?)\s*\?*\s*$",
     re.IGNORECASE,
 )
 
@@ -51,11 +54,18 @@ _ZH_POSITIVE = {
     "不得": "可以",
     "不用": "需要",
     "可以不": "需要",  # 什么情况下可以不选？ asks when one needn't
+    "不再": "还",
+    "没有": "有",
+    "没法": "可以",
 }
+# Any other 不 before a verb (不结算, 不算, 不放进) is dropped for the positive form; not 不
+# in words where it negates nothing (不同 …).
+_ZH_ANY_NOT = r"不(?![同断仅过少久论管如料妨但])"
 _ZH_QUESTION = re.compile(
-    r"^(?P<lead>.*?(?P<wh>什么时候|何时|什么情况下|哪些情况下|哪种情况下|什么条件下|在哪里|哪里))"
-    r"(?P<subject>[^，。？?！]{0,8}?)"
-    r"(?P<neg>" + "|".join(_ZH_POSITIVE) + r")"
+    r"^(?P<lead>.*?(?P<wh>什么时候|何时|哪些时候|什么情况下|哪些情况下|哪种情况下|什么情形下"
+    r"|什么条件下|在哪里|哪里)[，,]?)"
+    r"(?P<subject>[^，。？?！]{0,12}?)"
+    r"(?P<neg>" + "|".join(_ZH_POSITIVE) + "|" + _ZH_ANY_NOT + r")"
     r"(?P<rest>[^？?]+?)\s*[？?]*\s*$"
 )
 
@@ -126,7 +136,7 @@ _EN_WORD = re.compile(r"[A-Za-z']+")
 # Only a question about being allowed is turned round: "you may X if C" means you cannot X
 # unless C, but "X happens when C" does not say that nothing else brings X about.
 _PERMISSION = frozenset(
-    {"can't", "cannot", "can not", "may not", "不能", "不可以", "不可", "无法", "不得"}
+    {"can't", "cannot", "can not", "may not", "不能", "不可以", "不可", "无法", "没法", "不得"}
 )
 # A rule that names its own exception ("every turn except the first") is copied as it is.
 _EXCEPTION = re.compile(
@@ -283,12 +293,13 @@ def both_sides(question: str, lang: Lang, closest_rule: str | None = None) -> st
     if match is None:
         return question
     if lang == "zh":
-        positive = _ZH_POSITIVE[match["neg"]]
+        positive = _ZH_POSITIVE.get(match["neg"], "")
         return (
             f"{match['lead']}{match['subject']}{positive}{match['rest']}，"
             f"{match['wh']}{match['neg']}？"
         )
-    positive = _EN_POSITIVE[match["neg"].lower()]
+    neg = match["neg"]
+    positive = _EN_POSITIVE.get(neg.lower()) or neg[: -len("not")].rstrip()
     return f"{match['lead']}{positive} {match['rest']}, and {match['wh'].lower()} not?"
 
 
