@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rag.answering.rewording import asks_how_many, asks_when_not, split_condition
-from rag.lang import CJK_RE, ENGLISH_GLOSS, detect_lang, sentence_spans, tokenize
+from rag.lang import (
+    CJK_RE,
+    ENGLISH_GLOSS,
+    ZH_NEGATING_BU,
+    detect_lang,
+    sentence_spans,
+    tokenize,
+)
 from rag.types import Check, Lang, Quote
 
 MARKER = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
@@ -270,9 +277,9 @@ _EN_NEGATION = re.compile(
     r"\b(?:not|no|never|cannot|none|nothing|nobody|neither|nor|without|unless)\b|n't\b",
     re.IGNORECASE,
 )
-# 不 except in words where it negates nothing (不同 different, 不过 but, 不断 constantly …),
-# 无 except 无论 (whatever), 非 except 非常 (very); 除非 (unless) counts through its 非.
-_ZH_NEGATION = re.compile(r"不(?![同断仅过少久论管如料妨但])|没|无(?!论)|未|非(?!常)|勿|禁止")
+# 不 where it negates (ZH_NEGATING_BU), 无 except 无论 (whatever), 非 except 非常 (very); 除非
+# (unless) counts through its 非.
+_ZH_NEGATION = re.compile(ZH_NEGATING_BU + r"|没|无(?!论)|未|非(?!常)|勿|禁止")
 # English words holding a "not" that Chinese says with a negator: un- and non- words
 # (unrevealed 未揭示, non-location 非地点), -less words, infinite 无限, instead of 而不是,
 # other than 非, miss 未命中, fail 未能, run out 没有, lack 缺少. Not a bare "instead" ("instead

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rag.lang import sentence_spans
+from rag.lang import ZH_NEGATING_BU, sentence_spans
 from rag.prompting import phrases
 from rag.types import Lang
 
@@ -58,14 +58,12 @@ _ZH_POSITIVE = {
     "没有": "有",
     "没法": "可以",
 }
-# Any other 不 before a verb (不结算, 不算, 不放进) is dropped for the positive form; not 不
-# in words where it negates nothing (不同 …).
-_ZH_ANY_NOT = r"不(?![同断仅过少久论管如料妨但])"
+# Any other negating 不 before a verb (不结算, 不算, 不放进) is dropped for the positive form.
 _ZH_QUESTION = re.compile(
     r"^(?P<lead>.*?(?P<wh>什么时候|何时|哪些时候|什么情况下|哪些情况下|哪种情况下|什么情形下"
     r"|什么条件下|在哪里|哪里)[，,]?)"
     r"(?P<subject>[^，。？?！]{0,12}?)"
-    r"(?P<neg>" + "|".join(_ZH_POSITIVE) + "|" + _ZH_ANY_NOT + r")"
+    r"(?P<neg>" + "|".join(_ZH_POSITIVE) + "|" + ZH_NEGATING_BU + r")"
     r"(?P<rest>[^？?]+?)\s*[？?]*\s*$"
 )
 
