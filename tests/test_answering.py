@@ -149,6 +149,14 @@ def test_a_plain_text_reply_is_the_conclusion() -> None:
     assert parse_conclusion('{"other": 1}', "q", "en") == ""
 
 
+def test_a_question_echoed_in_the_conclusion_is_left_out() -> None:
+    echoed = '{"conclusion": "怪物攻击谁由谁决定？根据规则，老兵和狗都会被打到。"}'
+    assert parse_conclusion(echoed, "q", "zh") == "根据规则，老兵和狗都会被打到。"
+    asked = '{"conclusion": "Who does it hit? It hits everyone in range. Ok"}'
+    assert parse_conclusion(asked, "q", "en") == "It hits everyone in range. Ok"
+    assert parse_conclusion('{"conclusion": "中距离是多远？"}', "q", "zh") == ""
+
+
 def test_a_reply_broken_off_mid_json_is_no_conclusion(settings: Settings) -> None:
     looped = '{"answer": "yes", "conclusion": "You may use it in the current or next mission, or'
     assert parse_conclusion(looped, "Can I keep it?", "en") == ""

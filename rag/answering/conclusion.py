@@ -15,6 +15,7 @@ from typing import Any
 
 from rag.answering.rewording import asks_yes_or_no, both_sides, yes_no_word
 from rag.answering.selection import context_line
+from rag.lang import sentence_spans
 from rag.prompting import Prompt, fill, phrases, render, reply_text, system_message
 from rag.types import Lang, Quote
 
@@ -75,10 +76,23 @@ def parse_conclusion(reply: str, question: str, lang: Lang) -> str:
     the question's own verb: 可以 / 不可以). A reply that is not JSON (a backend that cannot
     hold the schema) is the conclusion itself."""
     text, data = reply_text(reply, CONCLUSION_FIELD)
+    text = _without_questions(text)
     answer = data.get(ANSWER_FIELD)
     if text and answer in ("yes", "no"):
         return f"{yes_no_word(answer, question, lang)} {text}"
     return text
+
+
+_ASKS = re.compile(r"[?？][\s\"'”’」』）)]*$")
+
+
+def _without_questions(text: str) -> str:
+    """The conclusion without sentences that ask: a conclusion states, and a question in it
+    is the asker's question echoed (对于…怪物攻击谁由谁决定？根据规则，…)."""
+    for start, end in reversed(sentence_spans(text)):
+        if _ASKS.search(text[start:end]):
+            text = text[:start] + text[end:].lstrip()
+    return text.strip()
 
 
 def stream_conclusion(pieces: Iterator[str], reply: list[str]) -> Iterator[str]:
