@@ -17,10 +17,10 @@ from rag.types import Lang
 # CJK ideographs (basic, extension A, compatibility); kana are rare in our books.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 CJK_RE = re.compile(f"[{_CJK}]")
-# English in brackets inside Chinese text, a game term's gloss: 潜行判定（Stealth test）.
 # 不 as a negation: not in words where it negates nothing (不同 different, 不过 but, 不断
 # constantly, 不仅 not only …).
 ZH_NEGATING_BU = "不(?![同断仅过少久论管如料妨但])"
+# English in brackets inside Chinese text, a game term's gloss: 潜行判定（Stealth test）.
 ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
 
 # Between a table row's cells, as PDF reading writes them ("4*- 5 | 3 | 2").
