@@ -20,6 +20,23 @@ CJK_RE = re.compile(f"[{_CJK}]")
 # 不 as a negation: not in words where it negates nothing (不同 different, 不过 but, 不断
 # constantly, 不仅 not only …).
 ZH_NEGATING_BU = "不(?![同断仅过少久论管如料妨但])"
+# A negation, English or Chinese: counted by the checks (does a claim keep its rule's "not"?)
+# and by rewording (is the rule closest to a question negative?).
+_EN_NEGATION = re.compile(
+    r"\b(?:not|no|never|cannot|none|nothing|nobody|neither|nor|without|unless)\b|n't\b",
+    re.IGNORECASE,
+)
+# 不 where it negates (ZH_NEGATING_BU), 无 except 无论 (whatever), 非 except 非常 (very); 除非
+# (unless) counts through its 非.
+_ZH_NEGATION = re.compile(ZH_NEGATING_BU + r"|没|无(?!论)|未|非(?!常)|勿|禁止")
+
+
+def negations(text: str) -> int:
+    """How many negations a text holds, English or Chinese."""
+    text = text.replace("\u2019", "'")
+    return len(_EN_NEGATION.findall(text)) + len(_ZH_NEGATION.findall(text))
+
+
 # English in brackets inside Chinese text, a game term's gloss: 潜行判定（Stealth test）.
 ENGLISH_GLOSS = re.compile(r"[（(]([^（）()]*[A-Za-z][^（）()]*)[）)]")
 

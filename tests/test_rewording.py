@@ -110,6 +110,8 @@ def test_other_questions_are_left_alone(question: str, lang: str) -> None:
         "Monsters with this trait do not activate unless damaged.",
         "如果玩家无法移动，则不会受到推动。",
         "If a player cannot move, they do not suffer push.",
+        "None of your cards may be thrown twice.",
+        "敌人未被击败时，你不可以离开。",
     ],
 )
 def test_a_negative_closest_rule_keeps_the_question(rule: str) -> None:
@@ -125,11 +127,13 @@ def test_a_negative_closest_rule_keeps_the_question(rule: str) -> None:
         "A player can decide not to attempt a stealth test: they draw a monster card instead.",
         "玩家可以选择不进行潜行判定。",
         "如果你身上没有怪物卡，可以进行潜行判定。",
+        "无论在哪个版块，你都可以进行潜行判定。",
+        "每名玩家的潜行值不同，可以随时进行潜行判定。",
     ],
 )
 def test_a_positive_closest_rule_rewords(rule: str) -> None:
     """A negation inside the rule's leading condition is not the rule's own, nor is a
-    choice not to act."""
+    choice not to act, nor a 不 or 无 that negates nothing (不同 different, 无论 whatever)."""
     reworded = both_sides("when can't I do a stealth test?", "en", rule)
     assert reworded == "when can I do a stealth test, and when not?"
 

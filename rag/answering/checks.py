@@ -32,8 +32,8 @@ from rag.answering.rewording import asks_how_many, asks_when_not, split_conditio
 from rag.lang import (
     CJK_RE,
     ENGLISH_GLOSS,
-    ZH_NEGATING_BU,
     detect_lang,
+    negations,
     sentence_spans,
     tokenize,
 )
@@ -273,13 +273,6 @@ def numbers_check(
 
 # --- negation ---------------------------------------------------------------------------
 
-_EN_NEGATION = re.compile(
-    r"\b(?:not|no|never|cannot|none|nothing|nobody|neither|nor|without|unless)\b|n't\b",
-    re.IGNORECASE,
-)
-# 不 where it negates (ZH_NEGATING_BU), 无 except 无论 (whatever), 非 except 非常 (very); 除非
-# (unless) counts through its 非.
-_ZH_NEGATION = re.compile(ZH_NEGATING_BU + r"|没|无(?!论)|未|非(?!常)|勿|禁止")
 # English words holding a "not" that Chinese says with a negator: un- and non- words
 # (unrevealed 未揭示, non-location 非地点), -less words, infinite 无限, instead of 而不是,
 # other than 非, miss 未命中, fail 未能, run out 没有, lack 缺少. Not a bare "instead" ("instead
@@ -327,11 +320,6 @@ def answer_word(text: str, lang: Lang) -> Literal["yes", "no"] | None:
         if head.startswith(_ZH_YES):
             return "yes"
     return None
-
-
-def negations(text: str) -> int:
-    text = text.replace("\u2019", "'")
-    return len(_EN_NEGATION.findall(text)) + len(_ZH_NEGATION.findall(text))
 
 
 def _words(text: str) -> set[str]:
@@ -475,7 +463,7 @@ def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
     return Check("quantity", False, "the question asks how many; the conclusion states no number")
 
 
-# What says the "not" side: a negation (_EN_NEGATION, _ZH_NEGATION), or a restriction or
+# What says the "not" side: a negation (`negations`), or a restriction or
 # exception ("only", "except", 只, 除了 …) that leaves the rest out.
 _EN_RESTRICTION = re.compile(r"\b(?:only|except|instead|other than)\b", re.IGNORECASE)
 _ZH_RESTRICTION = re.compile(r"只|仅|除|才")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rag.lang import ZH_NEGATING_BU, sentence_spans
+from rag.lang import ZH_NEGATING_BU, negations, sentence_spans
 from rag.prompting import phrases
 from rag.types import Lang
 
@@ -68,8 +68,6 @@ _ZH_QUESTION = re.compile(
 )
 
 
-# A negation in a rulebook sentence, English or Chinese.
-_NEGATION = re.compile(r"\b(?:not|no|never|cannot|\w+n't)\b|[不没无非]|禁止", re.IGNORECASE)
 # A leading condition ("If you ... DO NOT have ..., you may ..."): its negation is not the
 # rule's; what the rule allows or forbids is in the clause after it.
 _LEADING_CONDITION = re.compile(
@@ -92,7 +90,7 @@ def split_condition(sentence: str) -> tuple[str, str] | None:
 
 def _is_negative(rule: str) -> bool:
     rule = _CHOICE_NOT_TO.sub(" ", _LEADING_CONDITION.sub("", rule.replace("\u2019", "'")))
-    return bool(_NEGATION.search(rule))
+    return negations(rule) > 0
 
 
 # A negation typed without its apostrophe at the table ("when cant I …", "doesnt").
