@@ -125,9 +125,9 @@ class LlamaCppGenerator(Generator):
             shape = {"type": "json_object", "schema": prompt.schema} if prompt.schema else None
             chunks = llm.create_chat_completion(
                 messages=prompt.messages,
-                temperature=self._temperature,
+                temperature=self._temperature if prompt.temperature is None else prompt.temperature,
                 max_tokens=prompt.max_tokens or self._max_tokens,
-                seed=self._seed,
+                seed=self._seed if prompt.seed is None else prompt.seed,
                 response_format=shape,
                 stream=True,
             )

@@ -271,12 +271,13 @@ class OpenAIGenerator(Generator):
         body: dict[str, Any] = {
             "model": self.model,
             "messages": prompt.messages,
-            "temperature": self._temperature,
+            "temperature": self._temperature if prompt.temperature is None else prompt.temperature,
             "max_tokens": prompt.max_tokens or self._max_tokens,
             "stream": True,
         }
-        if self._seed is not None:
-            body["seed"] = self._seed
+        seed = self._seed if prompt.seed is None else prompt.seed
+        if seed is not None:
+            body["seed"] = seed
         if shape == "json_schema":
             schema = {"name": prompt.task, "schema": prompt.schema}
             body["response_format"] = {"type": "json_schema", "json_schema": schema}

@@ -57,6 +57,10 @@ class Prompt:
     # grammar) do, and the reply is parsed leniently either way.
     schema: dict[str, Any] | None = None
     max_tokens: int | None = None  # None: the backend's setting
+    # A reply asked for again, to see whether the model repeats it: sampled hotter, with a
+    # seed of its own. None: the backend's settings.
+    temperature: float | None = None
+    seed: int | None = None
 
 
 def shorten(text: str, limit: int) -> str:

@@ -173,6 +173,17 @@ class GenerationSettings(BaseModel):
         "not seem to say it (the nearest rule text still shown): measured on the gold set "
         "and held out on the real rulebooks (eval/RESULTS.md); 0: never.",
     )
+    reasks: int = Field(
+        3,
+        ge=0,
+        description="A withheld conclusion that states numbers is asked for up to this many "
+        "times more (at reask_temperature); if none of those states the same numbers, the "
+        "model made them up and the rulebook does not seem to say it (measured on the gold "
+        "sets: eval/RESULTS.md); 0: never.",
+    )
+    reask_temperature: float = Field(
+        0.8, ge=0, description="Sampling temperature of the conclusions asked for again."
+    )
     min_gloss_score: float = Field(
         0.6,
         description="A phrase of a Chinese conclusion or rendering and an English game term "

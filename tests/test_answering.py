@@ -483,7 +483,8 @@ def test_quotes_come_before_any_token_and_the_conclusion_cites_them(settings: Se
 
 
 def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: Settings) -> None:
-    generator = ScriptedGenerator(conclusions=['{"conclusion": "You may hold 99 cards."}'])
+    invented = '{"conclusion": "You may hold 99 cards."}'
+    generator = ScriptedGenerator(conclusions=[invented, invented])  # the same when asked again
     answer = scripted_pipeline_with(settings, generator).ask(
         "What is the hand limit?", "Maximum Apocalypse"
     )
@@ -610,10 +611,11 @@ def test_an_invented_number_and_no_close_sentence_seem_silent(settings: Settings
     restating = ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}'])
     shown = scripted_pipeline_with(doubtful, restating).ask(*question)
     assert not shown.abstained and shown.conclusion
-    # ...and one that fails, with the closest sentence close enough, leaves the rule to read.
-    plain = scripted_pipeline_with(settings, ScriptedGenerator(conclusions=[invented])).ask(
-        *question
-    )
+    # ...and one that fails, with the closest sentence close enough (and its number stated
+    # again when asked again), leaves the rule to read.
+    plain = scripted_pipeline_with(
+        settings, ScriptedGenerator(conclusions=[invented, invented])
+    ).ask(*question)
     assert not plain.abstained and plain.answer.startswith(phrases("en")["read_the_rule"])
     # So does one that misreads a rule (its negation), however far: the rule is there.
     misread = '{"conclusion": "There is no hand limit."}'
@@ -623,6 +625,39 @@ def test_an_invented_number_and_no_close_sentence_seem_silent(settings: Settings
     failed = {c.name for c in flipped.checks if not c.passed}
     assert "negation" in failed and "numbers" not in failed and flipped.conclusion is None
     assert not flipped.abstained and flipped.answer.startswith(phrases("en")["read_the_rule"])
+
+
+def test_numbers_the_model_does_not_state_again_seem_silent(settings: Settings) -> None:
+    question = ("What is the hand limit?", "Maximum Apocalypse")
+    invented = '{"conclusion": "You may hold 99 cards."}'  # fails the numbers check
+    others = ['{"conclusion": "You may hold 98 cards."}', '{"conclusion": "See the rule."}']
+    varying = ScriptedGenerator(conclusions=[invented, *others])
+    answer = scripted_pipeline_with(settings, varying).ask(*question)
+    assert answer.abstained and answer.conclusion is None and answer.quotes
+    assert answer.answer.startswith(phrases("en")["not_answered"])
+    assert ("numbers_repeated", False) in [(c.name, c.passed) for c in answer.checks]
+    asked_again = varying.prompts[1:]
+    assert [p.task for p in asked_again] == ["conclude"] * settings.generation.reasks
+    assert {p.temperature for p in asked_again} == {settings.generation.reask_temperature}
+    assert len({p.seed for p in asked_again}) == settings.generation.reasks
+    assert all(p.messages == varying.prompts[0].messages for p in asked_again)
+    # The model stating the same numbers again is asked no more: the rule is there to read.
+    repeating = ScriptedGenerator(conclusions=[invented, others[0], invented, others[1]])
+    answer = scripted_pipeline_with(settings, repeating).ask(*question)
+    assert not answer.abstained and answer.answer.startswith(phrases("en")["read_the_rule"])
+    assert len(repeating.prompts) == 3 and "numbers_repeated" not in {c.name for c in answer.checks}
+    # A withheld conclusion stating no number, a shown one, or reasks 0: not asked again.
+    misread = ScriptedGenerator(conclusions=['{"conclusion": "There is no hand limit."}'])
+    assert not scripted_pipeline_with(settings, misread).ask(*question).abstained
+    restating = ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}'])
+    assert scripted_pipeline_with(settings, restating).ask(*question).conclusion
+    once = settings.generation.model_copy(update={"reasks": 0})
+    trusting = ScriptedGenerator(conclusions=[invented])
+    answer = scripted_pipeline_with(settings.model_copy(update={"generation": once}), trusting).ask(
+        *question
+    )
+    assert not answer.abstained
+    assert [len(g.prompts) for g in (misread, restating, trusting)] == [1, 1, 1]
 
 
 def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Settings) -> None:

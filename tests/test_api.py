@@ -322,7 +322,9 @@ def test_stream_quotes_first_then_the_draft_then_the_checked_answer(
 def test_a_draft_that_fails_a_check_is_withheld(
     scripted_client: httpx.Client, scripted: ScriptedGenerator
 ) -> None:
-    scripted.conclusions = ['{"conclusion": "Each player starts with 99 HP."}']
+    scripted.conclusions = [
+        '{"conclusion": "Each player starts with 99 HP."}'
+    ] * 2  # and again when asked again
     events = sse(scripted_client.post("/v1/ask/stream", json={"question": SUROS_Q}))
     draft = "".join(data["text"] for name, data in events if name == "token")
     assert "99" in draft  # streamed as a draft...

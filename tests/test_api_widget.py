@@ -147,7 +147,9 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
 def test_a_withheld_draft_leaves_only_the_rule_text(
     page: Any, serve_api: Any, scripted_pipeline: Pipeline, scripted: ScriptedGenerator
 ) -> None:
-    scripted.conclusions = ['{"conclusion": "Each player starts with 99 HP."}']
+    scripted.conclusions = [
+        '{"conclusion": "Each player starts with 99 HP."}'
+    ] * 2  # and again when asked again
     open_demo(page, serve_api(scripted_pipeline))
     ask(page, QUESTION)
     page.wait_for_selector(".rk-cite")

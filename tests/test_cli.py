@@ -158,7 +158,8 @@ class _TerminalUi(Ui):
 def test_terminal_shows_the_rule_text_then_the_draft_then_the_checked_answer(
     scripted_pipeline: Pipeline, scripted: ScriptedGenerator
 ) -> None:
-    scripted.conclusions = ['{"conclusion": "You gain 99 AP."}']  # no quote states 99
+    # no quote states 99; asked again, the model states it again (the rulebook is not silent)
+    scripted.conclusions = ['{"conclusion": "You gain 99 AP."}'] * 2
     ui = _TerminalUi()
     answer = stream_answer(ui, scripted_pipeline.ask_stream("How much AP?", "suros"))
     assert answer.conclusion is None and answer.answer.startswith("Read the rule below")

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -146,6 +146,13 @@ def test_streams_pieces_with_the_schema_as_response_format(fake: FakeServer) -> 
     assert body["messages"] == SELECT.messages and body["max_tokens"] == 64 and body["seed"] == 3
     shape = body["response_format"]
     assert shape == {"type": "json_schema", "json_schema": {"name": "select", "schema": SCHEMA}}
+
+
+def test_a_prompt_asked_again_sends_its_own_temperature_and_seed(fake: FakeServer) -> None:
+    again = replace(SELECT, temperature=0.8, seed=2)
+    list(generator(fake.url).stream(again))
+    list(generator(fake.url).stream(SELECT))
+    assert [(b["temperature"], b["seed"]) for b in fake.bodies] == [(0.8, 2), (0.1, 3)]
 
 
 def test_a_prompt_without_schema_sends_no_response_format(fake: FakeServer) -> None:

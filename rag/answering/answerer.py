@@ -13,7 +13,8 @@ way round, "X only if C", is said as asked, rewording.turned_round) -> checks ->
 glosses (in a Chinese answer, the English game terms in brackets after the conclusion's
 and the renderings' words for them) -> assembly (every quote shown, the conclusion only
 when it passed; when it stated a number no quote holds and the closest sentence is far,
-under a line saying the rulebook does not seem to say). A yes/no question gets no
+or stated numbers the model does not state again when asked again, under a line saying the
+rulebook does not seem to say). A yes/no question gets no
 selection and no conclusion unless `answer_yes_no` trusts the model's yes or no. With the
 extractive backend no model runs: the quotes are the answer.
 """
@@ -32,6 +33,7 @@ from rag.answering.checks import (
     negation_check,
     numbers_check,
     quantity_check,
+    stated_numbers,
     strip_markers,
     when_not_check,
 )
@@ -49,6 +51,7 @@ from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.tables import row_answer
 from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
+from rag.prompting import Prompt
 from rag.settings import GenerationSettings
 from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
 
@@ -183,7 +186,7 @@ class Answerer:
                         written = as_asked
                         checks.append(Check("unless", True, "the conclusion, turned round"))
                 answer = self._concluded(
-                    question, hits, quotes, basis, written, checks, ranked[0].score
+                    question, hits, quotes, basis, written, checks, ranked[0].score, asked=prompt
                 )
         answer.timings.generate_s = time.perf_counter() - started
         yield StreamEvent("answer", answer=answer)
@@ -220,11 +223,13 @@ class Answerer:
         closest: float,
         *,
         copied: bool = False,
+        asked: Prompt | None = None,
     ) -> Answer:
         """The answer showing `quotes`, concluded from `basis` (the selected ones) when the
-        conclusion `written` passes the checks against them. When it does not, and the closest
-        sentence (`closest`, its score) is not close either, the rulebook seems silent. A
-        conclusion `copied` from a quote's cells states no negation for that check to read."""
+        conclusion `written` passes the checks against them. When it does not, the rulebook
+        seems silent if the closest sentence (`closest`, its score) is not close either, or
+        if the model, `asked` again, does not repeat the numbers it stated. A conclusion
+        `copied` from a quote's cells states no negation for that check to read."""
         conclusion, marker_check = strip_markers(written, [q.n for q in basis])
         checks.append(marker_check)
         if conclusion:
@@ -247,21 +252,23 @@ class Answerer:
         # wrong way round, misread a rule that is there: under the threshold on gold, 4 of
         # the 5 such questions were answerable (eval/RESULTS.md, session 16).
         invented = any(c.name == "numbers" and not c.passed for c in checks)
-        silent = not shown and invented and closest < self.settings.min_score_unconcluded
+        silence = None
+        if not shown and invented and closest < self.settings.min_score_unconcluded:
+            silence = Check(
+                "closeness",
+                False,
+                f"the conclusion stated a number no quote holds, and the closest "
+                f"sentence scores {closest:.2f}, "
+                f"under {self.settings.min_score_unconcluded:.2f}: the rulebook does not "
+                "seem to answer the question",
+            )
+        elif not shown and asked is not None:
+            silence = self._numbers_unrepeated(question, conclusion, asked)
         shown_conclusion, quotes = self._glossed(
             question, conclusion if shown else None, basis, quotes, checks
         )
-        if silent:
-            checks.append(
-                Check(
-                    "closeness",
-                    False,
-                    f"the conclusion stated a number no quote holds, and the closest "
-                    f"sentence scores {closest:.2f}, "
-                    f"under {self.settings.min_score_unconcluded:.2f}: the rulebook does not "
-                    "seem to answer the question",
-                )
-            )
+        if silence is not None:
+            checks.append(silence)
         return quoted_answer(
             question.text,
             question.game.slug,
@@ -271,7 +278,30 @@ class Answerer:
             checks=checks,
             hits=hits,
             backend=self.generator.name,
-            line=None if shown else "not_answered" if silent else "read_the_rule",
+            line=None if shown else "not_answered" if silence else "read_the_rule",
+        )
+
+    def _numbers_unrepeated(
+        self, question: Question, conclusion: str, asked: Prompt
+    ) -> Check | None:
+        """A failing check if the model, asked for the conclusion again (up to `reasks` times,
+        hotter, each with a seed of its own), never states the numbers of `conclusion` again:
+        numbers it makes up vary from one asking to the next, numbers a rule gives do not
+        (eval/RESULTS.md, session 23). None if it repeats them, or states none."""
+        said = stated_numbers(conclusion, one_words=False)
+        if not said or not self.settings.reasks:
+            return None
+        for seed in range(1, self.settings.reasks + 1):
+            again = replace(asked, temperature=self.settings.reask_temperature, seed=seed)
+            reply = parse_conclusion(self.generator.complete(again), question.text, question.lang)
+            if stated_numbers(reply, one_words=False) == said:
+                return None
+        numbers = ", ".join(map(str, sorted(said)))
+        return Check(
+            "numbers_repeated",
+            False,
+            f"asked {self.settings.reasks} times more, the model stated {numbers} in none of "
+            "its conclusions: the rulebook does not seem to answer the question",
         )
 
     def _glossed(
