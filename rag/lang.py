@@ -1,4 +1,5 @@
-"""Language helpers shared by ingest, chunking and retrieval: detection, sentences, tokens.
+"""Language helpers shared by ingest, chunking, retrieval and answering: detection,
+sentences, tokens, negations.
 
 Tokens are for BM25 and length estimates, not for models: lowercase latin words and
 numbers, Chinese words as jieba segments them, stopwords and punctuation dropped.
