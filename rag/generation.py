@@ -123,11 +123,12 @@ class LlamaCppGenerator(Generator):
         with self.lock:
             llm = self.load()
             shape = {"type": "json_object", "schema": prompt.schema} if prompt.schema else None
+            temperature, seed = prompt.sampling(self._temperature, self._seed)
             chunks = llm.create_chat_completion(
                 messages=prompt.messages,
-                temperature=self._temperature if prompt.temperature is None else prompt.temperature,
+                temperature=temperature,
                 max_tokens=prompt.max_tokens or self._max_tokens,
-                seed=self._seed if prompt.seed is None else prompt.seed,
+                seed=seed,
                 response_format=shape,
                 stream=True,
             )

@@ -268,14 +268,14 @@ class OpenAIGenerator(Generator):
         raise first_refusal  # refused in every shape: not the format's fault
 
     def _body(self, prompt: Prompt, shape: str | None) -> dict[str, Any]:
+        temperature, seed = prompt.sampling(self._temperature, self._seed)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": prompt.messages,
-            "temperature": self._temperature if prompt.temperature is None else prompt.temperature,
+            "temperature": temperature,
             "max_tokens": prompt.max_tokens or self._max_tokens,
             "stream": True,
         }
-        seed = self._seed if prompt.seed is None else prompt.seed
         if seed is not None:
             body["seed"] = seed
         if shape == "json_schema":

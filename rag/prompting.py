@@ -62,6 +62,14 @@ class Prompt:
     temperature: float | None = None
     seed: int | None = None
 
+    def sampling(self, temperature: float, seed: int | None) -> tuple[float, int | None]:
+        """The temperature and seed to sample this prompt with: its own, else the backend's
+        (`temperature`, `seed`)."""
+        return (
+            temperature if self.temperature is None else self.temperature,
+            seed if self.seed is None else self.seed,
+        )
+
 
 def shorten(text: str, limit: int) -> str:
     """Cut a passage at a sentence or word boundary near `limit` characters."""
