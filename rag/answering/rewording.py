@@ -89,7 +89,7 @@ def split_condition(sentence: str) -> tuple[str, str] | None:
 
 
 def _is_negative(rule: str) -> bool:
-    rule = _CHOICE_NOT_TO.sub(" ", _LEADING_CONDITION.sub("", rule.replace("\u2019", "'")))
+    rule = _CHOICE_NOT_TO.sub(" ", _LEADING_CONDITION.sub("", rule))
     return negations(rule) > 0
 
 
