@@ -796,6 +796,30 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         translator = Translator(ScriptedGenerator(conclusions=[reply]))
         assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
 
+    # "After", "before" and "only" bound a rule: a rendering without them states another.
+    later = "At the beginning of a player turn after their first, gain 3 AP."
+    dodge = "After an enemy rolls attack dice, before damage is applied, you may roll dice."
+    top = "Only the card on top of the stack is active."
+    discuss = "Discuss before choosing which wire to cut."
+    same_tile = "You may attack only if you are on the same tile."
+    solo = "If you're playing with only one character, Long Range damage is halved."
+    renderings = [  # (sentence, rendering, shown)
+        (later, "在第一次回合开始时，获得3点行动点（AP）。", False),
+        (later, "第一个回合之后，每回合开始时获得3 AP。", True),
+        (dodge, "在敌人掷攻击骰之前，你可以掷骰，然后结算伤害。", False),
+        (dodge, "敌人掷攻击骰后、伤害结算前，你可以掷骰。", True),
+        (top, "堆顶的牌是激活的。", False),
+        (top, "只有堆顶的牌是激活的。", True),
+        (discuss, "讨论，然后选择剪哪根线。", False),  # 然后 is "then"
+        (discuss, "先讨论，再选择剪哪根线。", True),
+        (same_tile, "除非在同一格，否则不能攻击。", True),
+        (solo, "如果与一个角色一起玩，远程卡的伤害减半。", True),  # the number holds it
+    ]
+    for sentence, reply, shown in renderings:
+        translator = Translator(ScriptedGenerator(conclusions=[reply]))
+        rendered = translator.translate([quote(sentence)], "zh")[0][0].translation
+        assert rendered == (reply if shown else None), reply
+
     expanded = "每回合开始时，该玩家获得3点行动点（Action Points）。"  # not the quote's words
     translator = Translator(ScriptedGenerator(conclusions=[expanded]))
     assert translator.translate([quote(gain)], "zh")[0][0].translation is None

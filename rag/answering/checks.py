@@ -17,8 +17,8 @@
 - language: it is in the asker's language, glosses in brackets aside (a small model given
   English rule text for a Chinese question sometimes copies the rule out in English).
 A translation is a restatement of its quote, so it must pass the numbers and negation
-checks against that quote, keep every number the quote states, and gloss only the quote's
-own English terms, or it is not shown.
+checks against that quote, keep every number the quote states and its "after", "before"
+and "only", and gloss only the quote's own English terms, or it is not shown.
 """
 
 from __future__ import annotations
@@ -540,12 +540,42 @@ def dropped_numbers(translation: str, quote: str) -> set[int]:
     return stated - stated_numbers(translation)
 
 
+# Words that bound a rule to a time or to one case, with the Chinese that keeps each: a
+# rendering without it states another rule ("At the beginning of a player turn after their
+# first, gain 3 AP" as 在第一次回合开始时…; "Only the card on top of the stack is active" as
+# 堆顶的牌是活动的). 然后 (then) and 最后 (last) say no "after", 当前 and 目前 (current) no
+# "before"; "only if" may be kept as 除非 (unless). "Only" before a number ("only one
+# character", "instead of only 4") stresses the number, which must be kept anyway.
+_BOUNDS_KEPT_AS = (
+    (re.compile(r"\bafter\b", re.IGNORECASE), re.compile(r"(?<![然最])后")),
+    (re.compile(r"\bbefore\b", re.IGNORECASE), re.compile(r"(?<![当目])前|先")),
+    (
+        re.compile(rf"\bonly\b(?!\s+(?:\d|{'|'.join(_EN_NUMBER_WORDS)})\b)", re.IGNORECASE),
+        re.compile(r"只|仅|才|唯一|除非"),
+    ),
+)
+
+
+def dropped_bounds(translation: str, quote: str) -> list[str]:
+    """The "after", "before" and "only" of an English quote that its Chinese translation
+    does not keep."""
+    if CJK_RE.search(quote) or not CJK_RE.search(translation):
+        return []
+    return [
+        found[0]
+        for english, kept in _BOUNDS_KEPT_AS
+        if (found := english.search(quote)) and not kept.search(translation)
+    ]
+
+
 def faithful(translation: str, quote: str) -> bool:
     """A translation states every number its quote states and no other, says "not" as
-    often (mod 2), and glosses only English terms of its quote."""
+    often (mod 2), keeps its "after", "before" and "only", and glosses only English terms
+    of its quote."""
     return (
         not unsupported_numbers(translation, [quote])
         and not dropped_numbers(translation, quote)
         and not flipped(translation, quote)
+        and not dropped_bounds(translation, quote)
         and not foreign_glosses(translation, quote)
     )
