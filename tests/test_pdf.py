@@ -86,6 +86,20 @@ def test_two_columns_are_read_column_by_column(tmp_path: Path) -> None:
     assert "the Right" not in text and "text. Right" not in text  # no line spliced across
 
 
+def test_a_column_longer_than_the_other_is_read_to_its_end_first(tmp_path: Path) -> None:
+    left = ["The left column runs on longer than", "the right column, and its last lines"]
+    right = ["Right column opens here and it", "ends before the left column does."]
+
+    def page(canvas: Canvas) -> None:
+        _lines(canvas, 60, 100, left * 3 + ["sit under where the right one ends."])
+        _lines(canvas, 320, 100, right * 3)
+        _lines(canvas, 60, 400, ["A note far below, on the left."])
+
+    text = "\n".join(_body(read_pdf(_pdf(tmp_path / "long.pdf", page))))
+    assert text.index("sit under where the right one ends") < text.index("Right column opens")
+    assert text.index("ends before the left column does") < text.index("A note far below")
+
+
 def test_running_headers_and_page_numbers_are_dropped(tmp_path: Path) -> None:
     def page(n: int) -> Page:
         def draw(canvas: Canvas) -> None:
@@ -283,3 +297,5 @@ def test_bangkok_columns_and_ligatures() -> None:
     # The left column's heading and text come before the right column's.
     assert text.index("# Game Setup") < text.index("# Game Play – Setting the goals of a round")
     assert text.index("Pick the starting player at random.") > text.index("# Game Play")
+    # The left column's last line, under the right column's end, closes the Setup.
+    assert "Choose one of the remaining marker sets. They'll be used as turn markers." in text

@@ -43,6 +43,7 @@ _MARGIN = 0.08  # of the page height: where page numbers and running heads sit
 _GUTTER_LINES = 0.25  # of a page's lines must leave the gutter blank
 _MIN_GUTTER_LINES = 4
 _PARAGRAPH_PITCH = 1.35  # of the usual line pitch: a wider gap starts a paragraph
+_COLUMN_PITCH = 1.5  # of the text size: a line this near a column's goes on in it
 _SHORT_LINE = 0.8  # of the column width: a sentence ending a line this short ends a paragraph
 _SENTENCE_END = tuple(".!?:。！？：")
 _NUMBER_RE = re.compile(r"^(page\s*)?\d{1,4}(\s*(/|of)\s*\d{1,4})?$", re.IGNORECASE)
@@ -219,12 +220,26 @@ def _leaves_blank(row: list[_Word], gutter: float) -> bool:
 
 
 def _columned_rows(rows: list[list[_Word]], gutter: float) -> range:
-    """The rows from the first to the last that leave the gutter blank: the columns' extent.
+    """The rows from the first to the last that leave the gutter blank: the columns' extent,
+    with the rows that go on in one column above or below it (`_goes_on`), as where one
+    column is longer than the other.
 
-    Rows above or below (a title, a closing note across the page) span the page.
+    Rows further off or across the gutter (a title, a closing note) span the page.
     """
     blank = [i for i, row in enumerate(rows) if _leaves_blank(row, gutter)]
-    return range(blank[0], blank[-1] + 1)
+    first, last = blank[0], blank[-1]
+    while first > 0 and _goes_on(rows[first - 1], rows[first], gutter):
+        first -= 1
+    while last + 1 < len(rows) and _goes_on(rows[last + 1], rows[last], gutter):
+        last += 1
+    return range(first, last + 1)
+
+
+def _goes_on(row: list[_Word], neighbour: list[_Word], gutter: float) -> bool:
+    """Whether a row next to a columned one is a line of one column: all on one side of
+    the gutter, at most a line's pitch away (`_COLUMN_PITCH`)."""
+    one_side = all(w.x1 < gutter for w in row) or all(w.x0 > gutter for w in row)
+    return one_side and abs(row[0].bottom - neighbour[0].bottom) <= _COLUMN_PITCH * row[0].size
 
 
 def _split_row(row: list[_Word], gutters: list[float], page: int) -> list[_Line]:
