@@ -803,6 +803,7 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     discuss = "Discuss before choosing which wire to cut."
     same_tile = "You may attack only if you are on the same tile."
     solo = "If you're playing with only one character, Long Range damage is halved."
+    objectives = "3. Draw 3 Objective cards."
     renderings = [  # (sentence, rendering, shown)
         (later, "在第一次回合开始时，获得3点行动点（AP）。", False),
         (later, "第一个回合之后，每回合开始时获得3 AP。", True),
@@ -814,6 +815,10 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         (discuss, "先讨论，再选择剪哪根线。", True),
         (same_tile, "除非在同一格，否则不能攻击。", True),
         (solo, "如果与一个角色一起玩，远程卡的伤害减半。", True),  # the number holds it
+        # "Each round" belongs to a rule that names a round or turn.
+        (objectives, "每轮开始时，玩家抽取3张目标卡。", False),
+        (objectives, "抽取3张目标卡。", True),
+        (gain, "每回合开始时，该玩家获得3点行动点（AP）。", True),
     ]
     for sentence, reply, shown in renderings:
         translator = Translator(ScriptedGenerator(conclusions=[reply]))

@@ -18,7 +18,8 @@
   English rule text for a Chinese question sometimes copies the rule out in English).
 A translation is a restatement of its quote, so it must pass the numbers and negation
 checks against that quote, keep every number the quote states and its "after", "before"
-and "only", and gloss only the quote's own English terms, or it is not shown.
+and "only", say "each round" only of a quote that names a round or turn, and gloss only
+the quote's own English terms, or it is not shown.
 """
 
 from __future__ import annotations
@@ -568,14 +569,32 @@ def dropped_bounds(translation: str, quote: str) -> list[str]:
     ]
 
 
+# "Each round" or "each turn" (每轮, 每回合 …) said of a rule that names neither: the worked
+# example's 每轮结束时 copied into another sentence ("3. Draw 3 Objective cards." rendered
+# 每轮开始时，玩家从目标卡堆中抽取3张目标卡).
+_ZH_EACH_ROUND = re.compile(r"每一?[轮回]|每个回合")
+_EN_ROUND = re.compile(r"\b(?:rounds?|turns?)\b", re.IGNORECASE)
+
+
+def invented_round(translation: str, quote: str) -> bool:
+    """Whether a Chinese translation says "each round" or "each turn" of an English quote
+    that names no round or turn."""
+    return (
+        bool(_ZH_EACH_ROUND.search(translation))
+        and not CJK_RE.search(quote)
+        and not _EN_ROUND.search(quote)
+    )
+
+
 def faithful(translation: str, quote: str) -> bool:
     """A translation states every number its quote states and no other, says "not" as
-    often (mod 2), keeps its "after", "before" and "only", and glosses only English terms
-    of its quote."""
+    often (mod 2), keeps its "after", "before" and "only", adds no "each round", and
+    glosses only English terms of its quote."""
     return (
         not unsupported_numbers(translation, [quote])
         and not dropped_numbers(translation, quote)
         and not flipped(translation, quote)
         and not dropped_bounds(translation, quote)
+        and not invented_round(translation, quote)
         and not foreign_glosses(translation, quote)
     )
