@@ -86,7 +86,7 @@ def test_two_columns_are_read_column_by_column(tmp_path: Path) -> None:
     assert "the Right" not in text and "text. Right" not in text  # no line spliced across
 
 
-def test_a_column_longer_than_the_other_is_read_to_its_end_first(tmp_path: Path) -> None:
+def test_a_column_longer_than_the_other_is_read_in_its_place(tmp_path: Path) -> None:
     left = ["The left column runs on longer than", "the right column, and its last lines"]
     right = ["Right column opens here and it", "ends before the left column does."]
 
@@ -98,6 +98,13 @@ def test_a_column_longer_than_the_other_is_read_to_its_end_first(tmp_path: Path)
     text = "\n".join(_body(read_pdf(_pdf(tmp_path / "long.pdf", page))))
     assert text.index("sit under where the right one ends") < text.index("Right column opens")
     assert text.index("ends before the left column does") < text.index("A note far below")
+
+    def higher(canvas: Canvas) -> None:  # the right column starts a line above the left
+        _lines(canvas, 60, 100 + 11 * 1.25, left * 3)
+        _lines(canvas, 320, 100, right * 3 + ["and its first line sits alone."])
+
+    text = "\n".join(_body(read_pdf(_pdf(tmp_path / "higher.pdf", higher))))
+    assert text.index("The left column runs on") < text.index("Right column opens")
 
 
 def test_running_headers_and_page_numbers_are_dropped(tmp_path: Path) -> None:
