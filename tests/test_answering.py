@@ -753,6 +753,11 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     assert shown[0].translation is None and not check.passed
     assert check.detail.startswith("not in the question's language: quote(s) 1")
 
+    def rendering_shown(sentence: str, reply: str) -> str | None:
+        """The rendering shown beside `sentence` when the model renders it as `reply`."""
+        translator = Translator(ScriptedGenerator(conclusions=[reply]))
+        return translator.translate([quote(sentence)], "zh")[0][0].translation
+
     condition = "If you ever have 10 cards and draw a card, you draw and then discard a card."
     lost = "你每次抽一张牌，然后弃一张牌。"  # the condition's 10 left out
     kept = "如果你有10张牌时抽牌，你先抽牌再弃一张牌。"
@@ -766,8 +771,7 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
                                    (pdf_step, "洗混线牌，面朝下发给每位玩家。", None),
                                    (ranks, ranked, ranked),
                                    (ranks, "第二名得1分，第四名得0分。", None)):  # fmt: skip
-        translator = Translator(ScriptedGenerator(conclusions=[reply]))
-        assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
+        assert rendering_shown(sentence, reply) == shown
 
     # A unit written against its number ("3AP") is the quote's word; a bracket holding
     # Chinese is an aside, not a gloss.
@@ -775,8 +779,7 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     options = "To use a card, choose one option (A or B) and do all included actions."
     gained, chosen = "每回合开始时，该玩家获得3点行动点（AP）。", "选择一个选项（A或B）并执行。"
     for sentence, reply in ((gain, gained), (options, chosen)):
-        translator = Translator(ScriptedGenerator(conclusions=[reply]))
-        assert translator.translate([quote(sentence)], "zh")[0][0].translation == reply
+        assert rendering_shown(sentence, reply) == reply
     # An English word holding a "not" is said with a negator in Chinese: one more "not" is
     # its, one fewer is a lost negation; a bare "instead" holds none.
     infinite, unrecruited = "Mutants have infinite movement.", "An attached Ally is unrecruited."
@@ -793,8 +796,7 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
                                    (missed, missed_kept, missed_kept), (missed, touched, None),
                                    (hunger, in_its_place, None),
                                    (uncovered, misread, None)):  # fmt: skip
-        translator = Translator(ScriptedGenerator(conclusions=[reply]))
-        assert translator.translate([quote(sentence)], "zh")[0][0].translation == shown
+        assert rendering_shown(sentence, reply) == shown
 
     # "After", "before" and "only" bound a rule: a rendering without them states another.
     later = "At the beginning of a player turn after their first, gain 3 AP."
@@ -821,13 +823,10 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         (gain, "每回合开始时，该玩家获得3点行动点（AP）。", True),
     ]
     for sentence, reply, shown in renderings:
-        translator = Translator(ScriptedGenerator(conclusions=[reply]))
-        rendered = translator.translate([quote(sentence)], "zh")[0][0].translation
-        assert rendered == (reply if shown else None), reply
+        assert rendering_shown(sentence, reply) == (reply if shown else None), reply
 
     expanded = "每回合开始时，该玩家获得3点行动点（Action Points）。"  # not the quote's words
-    translator = Translator(ScriptedGenerator(conclusions=[expanded]))
-    assert translator.translate([quote(gain)], "zh")[0][0].translation is None
+    assert rendering_shown(gain, expanded) is None
 
     echo = (
         "请遵守所有条件、数字和否定（not、only、unless）。"
@@ -836,13 +835,12 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     glossed = (
         "在你回合开始时的“评估激活图标”（Evaluate Active Icons）步骤中，你的图标才被视为激活。"
     )
-    icons = quote(
+    icons = (
         "Your icons are only evaluated and considered active at the beginning of your turn "
         'during the "Evaluate Active Icons" step.'
     )
     for reply, shown in ((echo, None), (glossed, glossed)):  # the instruction given back
-        translator = Translator(ScriptedGenerator(conclusions=[reply]))
-        assert translator.translate([icons], "zh")[0][0].translation == shown
+        assert rendering_shown(icons, reply) == shown
 
     generator = ScriptedGenerator(conclusions=["手牌上限是十张。"])
     translator = Translator(generator)
