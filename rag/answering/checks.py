@@ -557,10 +557,16 @@ _BOUNDS_KEPT_AS = (
 )
 
 
+def _english_in_chinese(translation: str, quote: str) -> bool:
+    """Whether the translation is Chinese of an English quote, the pair the wording checks
+    below (`dropped_bounds`, `invented_round`) know the words of."""
+    return bool(CJK_RE.search(translation)) and not CJK_RE.search(quote)
+
+
 def dropped_bounds(translation: str, quote: str) -> list[str]:
     """The "after", "before" and "only" of an English quote that its Chinese translation
     does not keep."""
-    if CJK_RE.search(quote) or not CJK_RE.search(translation):
+    if not _english_in_chinese(translation, quote):
         return []
     return [
         found[0]
@@ -580,8 +586,8 @@ def invented_round(translation: str, quote: str) -> bool:
     """Whether a Chinese translation says "each round" or "each turn" of an English quote
     that names no round or turn."""
     return (
-        bool(_ZH_EACH_ROUND.search(translation))
-        and not CJK_RE.search(quote)
+        _english_in_chinese(translation, quote)
+        and bool(_ZH_EACH_ROUND.search(translation))
         and not _EN_ROUND.search(quote)
     )
 
