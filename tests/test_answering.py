@@ -64,7 +64,7 @@ def test_the_rule_text_names_each_passage_once_above_its_sentences() -> None:
         "[1] 「Section」 第 4 页:",
         "    “Draw two cards.”",
         "    “Discard one.”",
-        "      译文: 弃一张。",
+        "      机器译文: 弃一张。",
         "[2] 「Section」 第 4 页:",
         "    “Rest.”",
     ]
@@ -710,7 +710,7 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
     selected = generator.prompts[1].question  # the sentence translated: the one selected
     assert [q.translation for q in answer.quotes if q.text == selected] == ["手牌上限是10张牌"]
     assert all(q.translation is None for q in answer.quotes if q.text != selected)
-    assert "译文: 手牌上限是10张牌" in answer.answer and "规则原文" in answer.answer
+    assert "机器译文: 手牌上限是10张牌" in answer.answer and "规则原文" in answer.answer
     translated = [e for e in events if e.kind == "quotes"][-1]
     assert translated.quotes == tuple(answer.quotes)  # sent before the conclusion
     assert "(手牌上限是10张牌)" in generator.prompts[2].messages[-1]["content"]

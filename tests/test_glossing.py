@@ -210,4 +210,4 @@ def test_the_renderings_of_a_rule_left_to_read_are_glossed(settings: Settings) -
     assert naming, "the Survivor deck sentence is rendered"
     assert naming[0].translation == "幸存者（Survivor）牌堆：抽一张牌"
     assert all(q.translation == "幸存者牌堆：抽一张牌" for q in rendered if q is not naming[0])
-    assert "译文: 幸存者（Survivor）牌堆" in answer.answer
+    assert "机器译文: 幸存者（Survivor）牌堆" in answer.answer
