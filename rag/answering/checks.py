@@ -390,12 +390,18 @@ def reversed_under_own_condition(claim: str, source: str) -> bool:
 _SEMICOLON = re.compile(r"\s*[;；]\s*")
 
 
+def _english_in_chinese(text: str, quote: str) -> bool:
+    """Whether the text is Chinese about an English quote: a conclusion is then compared
+    with the quote's translation, and a translation's wording checks (`dropped_bounds`,
+    `invented_round`) know the words of both."""
+    return bool(CJK_RE.search(text)) and not CJK_RE.search(quote)
+
+
 def _sources(conclusion: str, quotes: Sequence[Quote]) -> list[tuple[int, str]]:
     """What each quote is compared in, clause by clause: its own words, or its translation
     for a conclusion in another language (no translation: not comparable)."""
-    foreign = bool(CJK_RE.search(conclusion))
     pairs = [
-        (i, q.translation if foreign and not CJK_RE.search(q.text) else q.text)
+        (i, q.translation if _english_in_chinese(conclusion, q.text) else q.text)
         for i, q in enumerate(quotes)
     ]
     return [
@@ -555,12 +561,6 @@ _BOUNDS_KEPT_AS = (
         re.compile(r"只|仅|才|唯一|除非"),
     ),
 )
-
-
-def _english_in_chinese(translation: str, quote: str) -> bool:
-    """Whether the translation is Chinese of an English quote, the pair the wording checks
-    below (`dropped_bounds`, `invented_round`) know the words of."""
-    return bool(CJK_RE.search(translation)) and not CJK_RE.search(quote)
 
 
 def dropped_bounds(translation: str, quote: str) -> list[str]:
