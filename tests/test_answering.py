@@ -806,6 +806,10 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     same_tile = "You may attack only if you are on the same tile."
     solo = "If you're playing with only one character, Long Range damage is halved."
     objectives = "3. Draw 3 Objective cards."
+    survivor = "Then take that Survivor's deck and draw 4 cards from it."
+    star = "Place a Star token on that tile."
+    loot = "Take the top card of their deck."
+    shuffle = "Shuffle the Loot deck."
     renderings = [  # (sentence, rendering, shown)
         (later, "在第一次回合开始时，获得3点行动点（AP）。", False),
         (later, "第一个回合之后，每回合开始时获得3 AP。", True),
@@ -821,6 +825,17 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         (objectives, "每轮开始时，玩家抽取3张目标卡。", False),
         (objectives, "抽取3张目标卡。", True),
         (gain, "每回合开始时，该玩家获得3点行动点（AP）。", True),
+        # The components a rule names, and where a card lies, are kept: a deck is not the
+        # hand, a token not a card; a word kept in English names it, a gloss does not.
+        (survivor, "然后从该幸存者的手牌中抽取4张牌。", False),
+        (survivor, "然后拿起该幸存者的牌堆，从中抽4张牌。", True),
+        (survivor, "然后从该幸存者的 deck 中抽4张牌。", True),
+        (star, "将星星牌（Star token）放在该牌上。", False),
+        (star, "将星星标记（Star token）放在该版块上。", True),
+        (loot, "从他们的牌堆中拿一张牌。", False),
+        (loot, "从他们的牌堆顶拿一张牌。", True),
+        (loot, "从他们的桌上（deck）拿最上面一张牌。", False),
+        (shuffle, "洗牌。", True),  # shuffling the cards is shuffling the deck
     ]
     for sentence, reply, shown in renderings:
         assert rendering_shown(sentence, reply) == (reply if shown else None), reply

@@ -181,7 +181,7 @@ def test_a_chinese_conclusion_is_glossed_first_and_the_model_reads_no_gloss(
     generator = ScriptedGenerator(
         selections=['{"ids": [1]}'],
         # the rendering of the sentence selected, then the conclusion
-        conclusions=["幸存者牌堆：抽一张牌", '{"conclusion": "幸存者牌堆：抽一张牌。"}'],
+        conclusions=["幸存者牌堆：抽一张牌加入手牌", '{"conclusion": "幸存者牌堆：抽一张牌。"}'],
     )
     pipeline = glossing(settings, generator, select=True)
     question = "draw a card from your Survivor deck 幸存者牌堆：抽牌是什么意思？"
@@ -190,24 +190,28 @@ def test_a_chinese_conclusion_is_glossed_first_and_the_model_reads_no_gloss(
     assert answer is not None
     selected = generator.prompts[1].question
     assert selected == "Draw a card from your Survivor deck and add it to your hand."
-    assert "(幸存者牌堆：抽一张牌)" in generator.prompts[-1].messages[-1]["content"]
+    assert "(幸存者牌堆：抽一张牌加入手牌)" in generator.prompts[-1].messages[-1]["content"]
     assert answer.conclusion == "幸存者（Survivor）牌堆：抽一张牌。"
     assert "结论: 幸存者（Survivor）牌堆" in answer.answer
     # named in the conclusion, so not glossed again in the rendering below it
-    assert [q.translation for q in answer.quotes if q.text == selected] == ["幸存者牌堆：抽一张牌"]
+    assert [q.translation for q in answer.quotes if q.text == selected] == [
+        "幸存者牌堆：抽一张牌加入手牌"
+    ]
     glosses = [c for c in answer.checks if c.name == "glosses"]
     assert [c.detail for c in glosses] == ["幸存者 = Survivor (1.00)"]
 
 
 def test_the_renderings_of_a_rule_left_to_read_are_glossed(settings: Settings) -> None:
     # a yes/no question: renderings, no conclusion
-    generator = ScriptedGenerator(conclusions=["幸存者牌堆：抽一张牌"] * 3)
+    generator = ScriptedGenerator(conclusions=["幸存者牌堆：抽一张牌加入手牌"] * 3)
     question = "draw a card from your Survivor deck 幸存者牌堆可以抽吗？"
     answer = glossing(settings, generator).ask(question, "末日启示录")
     assert answer.conclusion is None
     rendered = [q for q in answer.quotes if q.translation]
     naming = [q for q in rendered if "Survivor" in q.text]
     assert naming, "the Survivor deck sentence is rendered"
-    assert naming[0].translation == "幸存者（Survivor）牌堆：抽一张牌"
-    assert all(q.translation == "幸存者牌堆：抽一张牌" for q in rendered if q is not naming[0])
+    assert naming[0].translation == "幸存者（Survivor）牌堆：抽一张牌加入手牌"
+    assert all(
+        q.translation == "幸存者牌堆：抽一张牌加入手牌" for q in rendered if q is not naming[0]
+    )
     assert "机器译文: 幸存者（Survivor）牌堆" in answer.answer

@@ -592,15 +592,60 @@ def invented_round(translation: str, quote: str) -> bool:
     )
 
 
+# A game's components and where they lie, with the Chinese that names each: read blind,
+# a quarter to a third of the renderings shown beside quotes changed the rule, most often by
+# naming one component as another (a deck as 手牌, the hand; a tile or a token as 牌, a card)
+# or by dropping where a card lies ("the top card" as 一张牌). A word kept in English in the
+# sentence names it too; a bracketed English gloss does not (从 loot 桌（Loot deck）: a table).
+_TERMS_KEPT_AS = (
+    (r"decks?", r"堆|库|牌组|卡组|洗牌"),  # 洗牌 is "shuffle the cards": the deck
+    (r"(?:your|their|his|her|the|a|in|from|into|to)\s+hands?|hand (?:limit|size)", r"手"),
+    (r"tiles?", r"块|格|砖|地盘|地形|区域|地点"),
+    (r"tokens?", r"标记|指示物|代币|令牌|标志|筹码|记号|棋子|标识"),
+    (r"dice|die", r"骰"),
+    (r"boards?", r"板|版图|棋盘|图板"),
+    (r"top", r"顶|上"),
+    (r"bottom", r"底|下"),
+    (r"face[- ]?up", r"正面|朝上|翻开|明"),
+    (r"face[- ]?down", r"背面|朝下|暗|盖"),
+    (r"shuffl\w*", r"洗|混"),
+    (r"discard\w*", r"弃|丢|扔"),
+)
+# Bounded by letters, not by \b: an English word in a Chinese sentence has a Chinese
+# character, a word character, on either side (由TURN ORDER DECK决定).
+_TERMS = [
+    (re.compile(rf"(?<![A-Za-z])(?:{en})(?![A-Za-z])", re.IGNORECASE), re.compile(zh))
+    for en, zh in _TERMS_KEPT_AS
+]
+# An English gloss in brackets, holding no Chinese (（A或B） is the sentence's own aside).
+_BARE_GLOSS = re.compile(r"[（(][^（）()\u4e00-\u9fff]*[A-Za-z][^（）()\u4e00-\u9fff]*[）)]")
+
+
+def dropped_terms(translation: str, quote: str) -> list[str]:
+    """The components and places an English quote names ("deck", "tile", "top" …) that its
+    Chinese translation names neither in Chinese nor in English outside a gloss."""
+    if not _english_in_chinese(translation, quote):
+        return []
+    sentence = _BARE_GLOSS.sub("", translation)
+    return [
+        found[0]
+        for english, kept in _TERMS
+        if (found := english.search(quote))
+        and not kept.search(sentence)
+        and not english.search(sentence)
+    ]
+
+
 def faithful(translation: str, quote: str) -> bool:
     """A translation states every number its quote states and no other, says "not" as
-    often (mod 2), keeps its "after", "before" and "only", adds no "each round", and
-    glosses only English terms of its quote."""
+    often (mod 2), keeps its "after", "before" and "only" and the components it names,
+    adds no "each round", and glosses only English terms of its quote."""
     return (
         not unsupported_numbers(translation, [quote])
         and not dropped_numbers(translation, quote)
         and not flipped(translation, quote)
         and not dropped_bounds(translation, quote)
+        and not dropped_terms(translation, quote)
         and not invented_round(translation, quote)
         and not foreign_glosses(translation, quote)
     )
