@@ -810,6 +810,8 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
     star = "Place a Star token on that tile."
     loot = "Take the top card of their deck."
     shuffle = "Shuffle the Loot deck."
+    enter = "If you enter a tile with monster tokens, immediately draw a monster card for each."
+    throws = "You may make additional throws."
     renderings = [  # (sentence, rendering, shown)
         (later, "在第一次回合开始时，获得3点行动点（AP）。", False),
         (later, "第一个回合之后，每回合开始时获得3 AP。", True),
@@ -836,6 +838,12 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         (loot, "从他们的牌堆顶拿一张牌。", True),
         (loot, "从他们的桌上（deck）拿最上面一张牌。", False),
         (shuffle, "洗牌。", True),  # shuffling the cards is shuffling the deck
+        # Nor does it name a hand or dice its quote does not.
+        (enter, "你进入有怪物标记的版块时，立即从你的手牌中为每个标记抽一张怪物卡。", False),
+        (enter, "你进入有怪物标记的版块时，立即为每个标记抽一张怪物卡。", True),
+        (throws, "你可以进行额外的掷骰。", False),
+        (throws, "你可以额外投掷。", True),
+        ("- 30 Gunslinger cards", "30张枪手牌", True),  # 枪手 is the Gunslinger
     ]
     for sentence, reply, shown in renderings:
         assert rendering_shown(sentence, reply) == (reply if shown else None), reply

@@ -393,7 +393,7 @@ _SEMICOLON = re.compile(r"\s*[;；]\s*")
 def _english_in_chinese(text: str, quote: str) -> bool:
     """Whether the text is Chinese about an English quote: a conclusion is then compared
     with the quote's translation, and a translation's wording checks (`dropped_bounds`,
-    `invented_round`) know the words of both."""
+    `dropped_terms`, `invented_words`) know the words of both."""
     return bool(CJK_RE.search(text)) and not CJK_RE.search(quote)
 
 
@@ -575,23 +575,6 @@ def dropped_bounds(translation: str, quote: str) -> list[str]:
     ]
 
 
-# "Each round" or "each turn" (每轮, 每回合 …) said of a rule that names neither: the worked
-# example's 每轮结束时 copied into another sentence ("3. Draw 3 Objective cards." rendered
-# 每轮开始时，玩家从目标卡堆中抽取3张目标卡).
-_ZH_EACH_ROUND = re.compile(r"每一?[轮回]|每个回合")
-_EN_ROUND = re.compile(r"\b(?:rounds?|turns?)\b", re.IGNORECASE)
-
-
-def invented_round(translation: str, quote: str) -> bool:
-    """Whether a Chinese translation says "each round" or "each turn" of an English quote
-    that names no round or turn."""
-    return (
-        _english_in_chinese(translation, quote)
-        and bool(_ZH_EACH_ROUND.search(translation))
-        and not _EN_ROUND.search(quote)
-    )
-
-
 # A game's components and where they lie, with the Chinese that names each: read blind,
 # a quarter to a third of the renderings shown beside quotes changed the rule, most often by
 # naming one component as another (a deck as 手牌, the hand; a tile or a token as 牌, a card)
@@ -636,16 +619,44 @@ def dropped_terms(translation: str, quote: str) -> list[str]:
     ]
 
 
+# What a rendering may say only of a quote that names it, with the English that does:
+# "each round" or "each turn" (the worked example's 每轮结束时 copied into "3. Draw 3
+# Objective cards.": 每轮开始时，玩家从目标卡堆中抽取3张目标卡); the hand, which the model
+# drew monster cards from where the rule says to draw them (从你的手牌中抽一张怪物卡);
+# dice, in a game of thrown cards (掷骰 for a throw) or for Health Dials (生命骰).
+_NAMED_ONLY_AS = (
+    (r"每一?[轮回]|每个回合", r"rounds?|turns?"),
+    (r"(?<![枪对])手牌", r"hands?"),  # 枪手牌 are Gunslinger cards, 对手牌 an opponent's
+    (r"骰", r"dice|die|roll\w*"),
+)
+_NAMED_ONLY = [
+    (re.compile(zh), re.compile(rf"(?<![A-Za-z])(?:{en})(?![A-Za-z])", re.IGNORECASE))
+    for zh, en in _NAMED_ONLY_AS
+]
+
+
+def invented_words(translation: str, quote: str) -> list[str]:
+    """What a Chinese translation says ("each round", the hand, dice) that its English quote
+    names nowhere."""
+    if not _english_in_chinese(translation, quote):
+        return []
+    return [
+        found[0]
+        for chinese, english in _NAMED_ONLY
+        if (found := chinese.search(translation)) and not english.search(quote)
+    ]
+
+
 def faithful(translation: str, quote: str) -> bool:
     """A translation states every number its quote states and no other, says "not" as
     often (mod 2), keeps its "after", "before" and "only" and the components it names,
-    adds no "each round", and glosses only English terms of its quote."""
+    adds no round, hand or dice it does not name, and glosses only English terms of it."""
     return (
         not unsupported_numbers(translation, [quote])
         and not dropped_numbers(translation, quote)
         and not flipped(translation, quote)
         and not dropped_bounds(translation, quote)
         and not dropped_terms(translation, quote)
-        and not invented_round(translation, quote)
+        and not invented_words(translation, quote)
         and not foreign_glosses(translation, quote)
     )

@@ -6,7 +6,8 @@ then written from the quotes and their renderings. One sentence per model call: 
 model translates a single sentence well, and mangles several at once (given three rule
 sentences and a question in one reply, the 1.5B model copied the question as each
 "translation"). A rendering that states a number its quote does not, says "not" an odd
-number of times more or less, drops an "after", "before" or "only", adds an "each round",
+number of times more or less, drops an "after", "before" or "only" or a component the quote
+names (a deck, a tile, the top card …), names a round, a hand or dice the quote does not,
 or is not in the asker's language, is not shown.
 
 Renderings are kept per sentence, so a sentence quoted again is not translated again: for
