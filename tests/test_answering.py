@@ -844,6 +844,7 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         (throws, "你可以进行额外的掷骰。", False),
         (throws, "你可以额外投掷。", True),
         ("- 30 Gunslinger cards", "30张枪手牌", True),  # 枪手 is the Gunslinger
+        ("All the dices are returned to the centre.", "所有骰子回到中央。", True),
     ]
     for sentence, reply, shown in renderings:
         assert rendering_shown(sentence, reply) == (reply if shown else None), reply

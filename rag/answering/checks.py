@@ -585,7 +585,7 @@ _TERMS_KEPT_AS = (
     (r"(?:your|their|his|her|the|a|in|from|into|to)\s+hands?|hand (?:limit|size)", r"手"),
     (r"tiles?", r"块|格|砖|地盘|地形|区域|地点"),
     (r"tokens?", r"标记|指示物|代币|令牌|标志|筹码|记号|棋子|标识"),
-    (r"dice|die", r"骰"),
+    (r"dices?|die", r"骰"),  # "all the dices are returned" (Bangkok)
     (r"boards?", r"板|版图|棋盘|图板"),
     (r"top", r"顶|上"),
     (r"bottom", r"底|下"),
@@ -627,7 +627,7 @@ def dropped_terms(translation: str, quote: str) -> list[str]:
 _NAMED_ONLY_AS = (
     (r"每一?[轮回]|每个回合", r"rounds?|turns?"),
     (r"(?<![枪对])手牌", r"hands?"),  # 枪手牌 are Gunslinger cards, 对手牌 an opponent's
-    (r"骰", r"dice|die|roll\w*"),
+    (r"骰", r"dices?|die|roll\w*"),
 )
 _NAMED_ONLY = [
     (re.compile(zh), re.compile(rf"(?<![A-Za-z])(?:{en})(?![A-Za-z])", re.IGNORECASE))
