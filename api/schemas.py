@@ -162,6 +162,11 @@ class QuoteOut(BaseModel):
         description="The sentence in the asker's language, when it is not the rulebook's "
         "and a translation passed the checks."
     )
+    translation_withheld: bool = Field(
+        False,
+        description="A translation was made but failed the checks, so none is shown: the "
+        "rule text says so in its place.",
+    )
 
 
 class CheckOut(BaseModel):
@@ -242,6 +247,7 @@ class AskResponse(BaseModel):
                             "page": 4,
                             "text": "Each player draws two cards.",
                             "translation": None,
+                            "translation_withheld": False,
                         }
                     ],
                     "checks": [

@@ -151,6 +151,7 @@ class Quote:
     page: int | None
     text: str
     translation: str | None = None  # the asker's language, when it is not the rulebook's
+    translation_withheld: bool = False  # one was made, but failed the checks
 
     @property
     def label(self) -> str:

@@ -736,6 +736,21 @@ def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
     assert ("selection", True) in [(c.name, c.passed) for c in answer.checks]
 
 
+def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
+    from rag.answering.translation import Translator
+
+    generator = ScriptedGenerator(conclusions=["你的手牌上限是十二张。", "抽两张牌。"])
+    quotes, _ = Translator(generator).translate(
+        [quote("Your hand limit is ten cards."), quote("Draw two cards.", n=2)], "zh"
+    )
+    assert [q.translation_withheld for q in quotes] == [True, False]
+    shown = rule_text(quotes, "zh")
+    assert "机器译文: 未通过核对，不显示" in shown and "机器译文: 抽两张牌。" in shown
+    assert "Machine translation: withheld by the checks" in rule_text(quotes, "en")
+    # A quote no rendering was made for (not among those the conclusion rests on) says nothing.
+    assert "机器译文" not in rule_text([quote("Draw two cards.")], "zh")
+
+
 def test_an_unfaithful_translation_is_not_shown() -> None:
     from rag.answering.translation import Translator
 

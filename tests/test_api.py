@@ -32,7 +32,16 @@ ASK_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
     "backend", "conclusion", "quotes", "checks",
 }  # fmt: skip
-QUOTE_KEYS = {"n", "chunk_id", "game", "section", "page", "text", "translation"}
+QUOTE_KEYS = {
+    "n",
+    "chunk_id",
+    "game",
+    "section",
+    "page",
+    "text",
+    "translation",
+    "translation_withheld",
+}
 SELECT = '{"ids": [1]}'
 
 

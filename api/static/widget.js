@@ -410,7 +410,8 @@
       .map(function (q) {
         var label = String(q.section || "").split(" › ").pop();
         var line = "[" + q.n + "] " + label + (q.page ? " p. " + q.page : "") + ": “" + q.text + "”";
-        return q.translation ? line + "\n    " + q.translation : line;
+        if (q.translation) return line + "\n    " + q.translation;
+        return q.translation_withheld ? line + "\n    (machine translation withheld)" : line;
       })
       .join("\n");
   };

@@ -32,7 +32,7 @@ def _markers(quotes: Sequence[Quote]) -> str:
 def rule_text(quotes: Sequence[Quote], lang: Lang) -> str:
     """The quotes as shown: marker, section (and page) once per passage, then each sentence
     in quotation marks on a line of its own (and its rendering, for a question in another
-    language).
+    language, or a line saying the rendering made failed the checks).
 
     Section names and sentences stay in the rulebook's words, inside quotation marks, so an
     answer's own language is judged by what Rulekeeper wrote around them.
@@ -50,6 +50,8 @@ def rule_text(quotes: Sequence[Quote], lang: Lang) -> str:
         lines.append("    “" + quote.text.replace("\n", "\n     ") + "”")
         if quote.translation:
             lines.append(f"      {words['translation']}: {quote.translation}")
+        elif quote.translation_withheld:  # the player learns why this one has none
+            lines.append(f"      {words['translation']}: {words['translation_withheld']}")
     return "\n".join(lines)
 
 

@@ -185,7 +185,7 @@ class Translator:
             if why is None:
                 shown.append(replace(quote, translation=rendered))
             else:
-                shown.append(quote)
+                shown.append(replace(quote, translation_withheld=True))
                 dropped.setdefault(why, []).append(str(quote.n))
         detail = "; ".join(f"{why}: quote(s) {', '.join(ns)}" for why, ns in dropped.items())
         detail += " (those renderings are not shown)" if dropped else ""
