@@ -600,8 +600,6 @@ _TERMS = [
     (re.compile(rf"(?<![A-Za-z])(?:{en})(?![A-Za-z])", re.IGNORECASE), re.compile(zh))
     for en, zh in _TERMS_KEPT_AS
 ]
-# An English gloss in brackets, holding no Chinese (（A或B） is the sentence's own aside).
-_BARE_GLOSS = re.compile(r"[（(][^（）()\u4e00-\u9fff]*[A-Za-z][^（）()\u4e00-\u9fff]*[）)]")
 
 
 def dropped_terms(translation: str, quote: str) -> list[str]:
@@ -609,7 +607,8 @@ def dropped_terms(translation: str, quote: str) -> list[str]:
     Chinese translation names neither in Chinese nor in English outside a gloss."""
     if not _english_in_chinese(translation, quote):
         return []
-    sentence = _BARE_GLOSS.sub("", translation)
+    # Without its English glosses; a bracket holding Chinese is an aside (（A或B）) and stays.
+    sentence = ENGLISH_GLOSS.sub(lambda m: m[0] if CJK_RE.search(m[1]) else "", translation)
     return [
         found[0]
         for english, kept in _TERMS
