@@ -258,12 +258,21 @@ def _score(
         probe=bool(item.probe),
         invented_number=conclusion is not None
         and invents_a_number(conclusion, answer.quotes, game_names),
+        renderings=sum(q.translation is not None for q in answer.quotes),
+        renderings_withheld=sum(q.translation_withheld for q in answer.quotes),
     )
 
 
 # Lines every answer of a kind carries, in either language; they may hold words that are
 # key facts of some question ("no", "cannot", 不能) and must not count as stating them.
-FIXED_LINES = ("not_answered", "not_covered", "read_the_rule", "read_the_rule_yes_no", "reminder")
+FIXED_LINES = (
+    "not_answered",
+    "not_covered",
+    "read_the_rule",
+    "read_the_rule_yes_no",
+    "reminder",
+    "translation_withheld",
+)
 
 
 def without_fixed_lines(answer: str) -> str:
@@ -327,6 +336,8 @@ def _stored_score(item: GoldItem, metrics: dict[str, Any]) -> ItemScore:
         right_way=metrics.get("right_way_round"),
         probe=bool(item.probe),
         invented_number=metrics.get("invented_number", False),
+        renderings=metrics.get("renderings_shown", 0),
+        renderings_withheld=metrics.get("renderings_withheld", 0),
     )
 
 

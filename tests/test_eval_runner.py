@@ -236,6 +236,8 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
         "conclusion_shown": True,
         "right_way_round": None,  # not a probe item
         "invented_number": False,
+        "renderings_shown": 0,  # an English question on an English book
+        "renderings_withheld": 0,
     }
     zh = items["suros-ap-zh"]["metrics"]
     # The fake embedder quotes an unrelated sentence for the Chinese question, so its
@@ -246,6 +248,11 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
         True,
     )
     assert zh["conclusion_shown"] is False
+    # The book "renders" a sentence by echoing it in English: no rendering, so it is
+    # withheld, counted, and said so in the rule text.
+    assert (zh["renderings_shown"], zh["renderings_withheld"]) == (0, 1)
+    assert "机器译文: 未通过核对，不显示" in items["suros-ap-zh"]["ask"]["answer"]
+    assert (report["answer"]["renderings_shown"], report["answer"]["renderings_withheld"]) == (0, 1)
     assert items["deck52-loot"]["ask"]["game"] == "deck52-final-bus"  # detected
     declined = items["deck52-online"]
     assert declined["ask"]["abstained"] is True
@@ -350,6 +357,8 @@ def test_json_prints_exactly_the_report(settings: Settings, gold_file: Path) -> 
         "right_way_round",
         "probe_conclusion_shown",
         "invented_numbers_shown",
+        "renderings_shown",
+        "renderings_withheld",
     }
     assert set(report["by_lang"]) == {"en", "zh"}
     assert set(report["latency"]) == {"p50_s", "p95_s"}
@@ -694,3 +703,5 @@ def test_key_facts_are_not_found_in_the_lines_every_answer_carries() -> None:
     assert without_fixed_lines(says_no).strip() == ""  # ...but is not scored there
     shown = f"{phrases('zh')['read_the_rule']}\n\n规则原文:\n    “You cannot move.”"
     assert "You cannot move." in without_fixed_lines(shown)
+    withheld = f"{shown}\n      机器译文: {phrases('zh')['translation_withheld']}"
+    assert "不" in withheld and "不" not in without_fixed_lines(withheld)  # 不显示 is no "not"

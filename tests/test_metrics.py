@@ -200,6 +200,8 @@ def test_summary_over_hand_made_items() -> None:
         "right_way_round": None,  # no probe items
         "probe_conclusion_shown": None,
         "invented_numbers_shown": 0,
+        "renderings_shown": 0,  # hand-made items show no rendering
+        "renderings_withheld": 0,
     }
     # Latencies of the answered items 1, 3, 2: p50 = 2; p95 at position 1.9 -> 2 + 0.9.
     assert s["latency"] == {"p50_s": 2.0, "p95_s": 2.9}
@@ -223,6 +225,8 @@ def test_report_groups_by_language_game_and_type() -> None:
         "right_way_round": None,  # no probe items
         "probe_conclusion_shown": None,
         "invented_numbers_shown": 0,
+        "renderings_shown": 0,  # hand-made items show no rendering
+        "renderings_withheld": 0,
     }
     assert list(report["by_game"]) == ["(unresolved)", "deck52-final-bus", "suros"]
     assert report["by_game"]["suros"]["n"] == 2
@@ -241,6 +245,8 @@ def test_a_group_without_answerable_items_reports_null_retrieval() -> None:
         "right_way_round": None,  # no probe items
         "probe_conclusion_shown": None,
         "invented_numbers_shown": 0,
+        "renderings_shown": 0,  # hand-made items show no rendering
+        "renderings_withheld": 0,
     }
 
 
