@@ -594,12 +594,16 @@ _TERMS_KEPT_AS = (
     (r"shuffl\w*", r"洗|混"),
     (r"discard\w*", r"弃|丢|扔"),
 )
-# Bounded by letters, not by \b: an English word in a Chinese sentence has a Chinese
-# character, a word character, on either side (由TURN ORDER DECK决定).
-_TERMS = [
-    (re.compile(rf"(?<![A-Za-z])(?:{en})(?![A-Za-z])", re.IGNORECASE), re.compile(zh))
-    for en, zh in _TERMS_KEPT_AS
-]
+
+
+def _english_words(alternatives: str) -> re.Pattern[str]:
+    """The English words, in any case, bounded by letters, not by \\b: an English word in a
+    Chinese sentence has a Chinese character, a word character, on either side
+    (由TURN ORDER DECK决定)."""
+    return re.compile(rf"(?<![A-Za-z])(?:{alternatives})(?![A-Za-z])", re.IGNORECASE)
+
+
+_TERMS = [(_english_words(en), re.compile(zh)) for en, zh in _TERMS_KEPT_AS]
 
 
 def dropped_terms(translation: str, quote: str) -> list[str]:
@@ -628,10 +632,7 @@ _NAMED_ONLY_AS = (
     (r"(?<![枪对])手牌", r"hands?"),  # 枪手牌 are Gunslinger cards, 对手牌 an opponent's
     (r"骰", r"dices?|die|roll\w*"),
 )
-_NAMED_ONLY = [
-    (re.compile(zh), re.compile(rf"(?<![A-Za-z])(?:{en})(?![A-Za-z])", re.IGNORECASE))
-    for zh, en in _NAMED_ONLY_AS
-]
+_NAMED_ONLY = [(re.compile(zh), _english_words(en)) for zh, en in _NAMED_ONLY_AS]
 
 
 def invented_words(translation: str, quote: str) -> list[str]:
