@@ -258,7 +258,7 @@ def _score(
         probe=bool(item.probe),
         invented_number=conclusion is not None
         and invents_a_number(conclusion, answer.quotes, game_names),
-        renderings=sum(q.translation is not None for q in answer.quotes),
+        renderings_shown=sum(q.translation is not None for q in answer.quotes),
         renderings_withheld=sum(q.translation_withheld for q in answer.quotes),
     )
 
@@ -336,7 +336,7 @@ def _stored_score(item: GoldItem, metrics: dict[str, Any]) -> ItemScore:
         right_way=metrics.get("right_way_round"),
         probe=bool(item.probe),
         invented_number=metrics.get("invented_number", False),
-        renderings=metrics.get("renderings_shown", 0),
+        renderings_shown=metrics.get("renderings_shown", 0),
         renderings_withheld=metrics.get("renderings_withheld", 0),
     )
 

@@ -163,7 +163,7 @@ class ItemScore:
     right_way: bool | None = None  # probe items with a conclusion shown: the right way round?
     probe: bool = False  # the item has probe fields
     invented_number: bool = False  # the shown conclusion states or counts numbers unlike quotes
-    renderings: int = 0  # quotes shown with a rendering in the asker's language
+    renderings_shown: int = 0  # quotes shown with a rendering in the asker's language
     renderings_withheld: int = 0  # quotes whose rendering failed the checks
 
     @property
@@ -198,7 +198,7 @@ class ItemScore:
             "conclusion_shown": self.concluded,
             "right_way_round": self.right_way,
             "invented_number": self.invented_number,
-            "renderings_shown": self.renderings,
+            "renderings_shown": self.renderings_shown,
             "renderings_withheld": self.renderings_withheld,
         }
 
@@ -234,7 +234,7 @@ def summarise(scores: Sequence[ItemScore], ks: Sequence[int] = (1, 5)) -> dict[s
         "invented_numbers_shown": sum(s.invented_number for s in scores),
         # Renderings beside quotes, and those made but withheld by the checks: how a change
         # to rendering or its checks moves what a player in another language can read.
-        "renderings_shown": sum(s.renderings for s in scores),
+        "renderings_shown": sum(s.renderings_shown for s in scores),
         "renderings_withheld": sum(s.renderings_withheld for s in scores),
     }
     latencies = [s.latency_s for s in scores if s.latency_s is not None]
