@@ -736,6 +736,22 @@ def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
     assert ("selection", True) in [(c.name, c.passed) for c in answer.checks]
 
 
+def test_an_english_question_on_a_chinese_book_gets_english_renderings() -> None:
+    from rag.answering.translation import Translator
+
+    generator = ScriptedGenerator(
+        conclusions=["You can move two kittens in one turn.", "If you roll a 6, roll again."]
+    )
+    quotes, check = Translator(generator).translate(
+        [quote("你不能在同一回合内移动两只小猫。"), quote("如果你掷出6，你可以再掷一次。", n=2)],
+        "en",
+    )
+    assert "Translate this Chinese" in generator.prompts[0].messages[1]["content"]
+    # the first rendering lost the rule's "not": withheld, as in Chinese
+    assert [q.translation for q in quotes] == [None, "If you roll a 6, roll again."]
+    assert [q.translation_withheld for q in quotes] == [True, False] and not check.passed
+
+
 def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
     from rag.answering.translation import Translator
 

@@ -12,7 +12,9 @@ from rag.answering import translation
 from rag.answering.translation import RenderingStore, Translator, translation_prompt
 from rag.errors import InputError
 from rag.pipeline import Pipeline
+from rag.prompting import phrases
 from rag.settings import BUILTIN_CORPUS, GenerationSettings
+from rag.types import LANGS, Lang
 
 HAND_LIMIT = "Your hand limit is ten cards."
 
@@ -53,13 +55,44 @@ def test_the_sentence_is_a_message_of_its_own_after_a_worked_example() -> None:
     assert '"translation"' in messages[2]["content"]  # the example's reply has the asked shape
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_sentence_can_be_rendered_into_every_language(lang: Lang) -> None:
+    # An English question on a Chinese rulebook once failed here: English had no prompt.
+    messages = translation_prompt("规则。", lang).messages
+    assert (
+        messages[-1]["content"] == "规则。"
+        and phrases(lang)["lang_name"].split()[0] in (messages[1]["content"])
+    )
+
+
+def test_each_language_s_renderings_keep_a_file_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RenderingStore(tmp_path, "m")
+    store.put("规则。", "en", "The rule.")
+    store.put(HAND_LIMIT, "zh", "手牌上限是十张。")
+    assert store.path("en") != store.path("zh")
+    assert RenderingStore(tmp_path, "m").get("规则。", "en") == "The rule."
+    # A changed English prompt leaves the Chinese renderings (shipped ones too) where they are.
+    before = store.path("zh")
+    english = dict(translation.phrases("en"), translate_example="抽两张牌。")
+    monkeypatch.setattr(
+        translation, "phrases", lambda lang: english if lang == "en" else phrases(lang)
+    )
+    changed = RenderingStore(tmp_path, "m")
+    assert changed.path("zh") == before and changed.path("en") != store.path("en")
+    assert changed.get(HAND_LIMIT, "zh") == "手牌上限是十张。"
+
+
 def test_a_changed_example_starts_a_new_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    before = RenderingStore(tmp_path, "m").path
+    before = RenderingStore(tmp_path, "m").path("zh")
     said = dict(translation.phrases("zh"), translate_example="Draw two cards.")
-    monkeypatch.setattr(translation, "phrases", lambda lang: said if lang == "zh" else {})
-    assert RenderingStore(tmp_path, "m").path != before
+    monkeypatch.setattr(
+        translation, "phrases", lambda lang: said if lang == "zh" else phrases(lang)
+    )
+    assert RenderingStore(tmp_path, "m").path("zh") != before
 
 
 def test_shipped_renderings_are_read_and_new_ones_go_to_the_home(tmp_path: Path) -> None:
@@ -67,10 +100,11 @@ def test_shipped_renderings_are_read_and_new_ones_go_to_the_home(tmp_path: Path)
     RenderingStore(shipped, "m").put(HAND_LIMIT, "zh", "手牌上限是十张。")
     store = RenderingStore(tmp_path / "home", "m", shipped=shipped)
     assert store.get(HAND_LIMIT, "zh") == "手牌上限是十张。"
-    assert not store.path.exists()  # reading wrote nothing to the home
+    home = store.path("zh")
+    assert not home.exists()  # reading wrote nothing to the home
     store.put("Draw a card.", "zh", "抽一张牌。")
-    assert store.path.parent == tmp_path / "home" and store.path.is_file()
-    assert "抽一张牌" not in (shipped / store.path.name).read_text(encoding="utf-8")
+    assert home.parent == tmp_path / "home" and home.is_file()
+    assert "抽一张牌" not in (shipped / home.name).read_text(encoding="utf-8")
     assert RenderingStore(tmp_path / "other", "m2", shipped=shipped).get(HAND_LIMIT, "zh") is None
 
 
@@ -80,15 +114,16 @@ def test_the_built_in_rulebooks_renderings_ship_for_the_current_prompt(tmp_path:
     shipped = BUILTIN_CORPUS / "renderings"
     model = f"llama:{GenerationSettings().model}"
     store = RenderingStore(tmp_path, model, shipped=shipped)
-    assert (shipped / store.path.name).is_file()
+    assert (shipped / store.path("zh").name).is_file()
 
 
 def test_a_damaged_line_costs_its_rendering_and_a_half_written_one_waits(tmp_path: Path) -> None:
     store = RenderingStore(tmp_path, "m")
-    store.path.parent.mkdir(parents=True, exist_ok=True)
-    store.path.write_text('{"lang": "zh", "te\n{"lang": "zh", "text": "Draw a card.", "rend')
+    path = store.path("zh")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"lang": "zh", "te\n{"lang": "zh", "text": "Draw a card.", "rend')
     assert store.get("Draw a card.", "zh") is None
-    with store.path.open("a") as file:
+    with path.open("a") as file:
         file.write('ering": "抽一张牌。"}\n')
     assert store.get("Draw a card.", "zh") == "抽一张牌。"
 

@@ -72,35 +72,56 @@ def translation_prompt(text: str, lang: Lang) -> Prompt:
 
 class RenderingStore:
     """Renderings on disk, one JSON line each, appended as they are made (an interrupted
-    run loses nothing). One file per model and prompt: a rendering is what that model made
-    from that prompt, so another model or a changed prompt starts afresh. A file another
-    process appended to is read again from where this one stopped. `shipped` holds the
-    built-in rulebooks' renderings made ahead by the default model, read-only."""
+    run loses nothing). One file per model and prompt, so one per language rendered into: a
+    rendering is what that model made from that prompt, so another model or a changed prompt
+    starts afresh. A file another process appended to is read again from where this one
+    stopped. `shipped` holds the built-in rulebooks' renderings made ahead by the default
+    model, read-only."""
 
     def __init__(self, folder: Path, model: str, shipped: Path | None = None) -> None:
+        self._files = {lang: _RenderingFile(folder, model, lang, shipped) for lang in LANGS}
+
+    def path(self, lang: Lang) -> Path:
+        """The file the renderings into `lang` are appended to."""
+        return self._files[lang].path
+
+    def get(self, text: str, lang: Lang) -> str | None:
+        return self._files[lang].get(text)
+
+    def put(self, text: str, lang: Lang, rendering: str) -> None:
+        self._files[lang].put(text, rendering)
+
+
+class _RenderingFile:
+    """The renderings into one language."""
+
+    def __init__(self, folder: Path, model: str, lang: Lang, shipped: Path | None) -> None:
         # The prompt a rendering is made from, all but its sentence.
-        prompts = [
-            translation_prompt("", lang).messages for lang in LANGS if "translate" in phrases(lang)
-        ]
-        fingerprint = hashlib.sha256(json.dumps([prompts, TRANSLATION_SCHEMA]).encode()).hexdigest()
+        prompt = translation_prompt("", lang).messages
+        fingerprint = hashlib.sha256(
+            json.dumps([[prompt], TRANSLATION_SCHEMA]).encode()
+        ).hexdigest()
         name = f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint[:10]}.jsonl"
+        self.lang = lang
         self.path = folder / name
-        self._known: dict[tuple[str, str], str] = {}
+        self._known: dict[str, str] = {}
         self._read_to = 0
         self._unread_shipped = shipped / name if shipped else None
         self._lock = threading.Lock()
 
-    def get(self, text: str, lang: Lang) -> str | None:
+    def get(self, text: str) -> str | None:
         with self._lock:
             if self._unread_shipped is not None:
                 self._read(self._unread_shipped, 0)
                 self._unread_shipped = None
-            if (lang, text) not in self._known:
+            if text not in self._known:
                 self._read_to = self._read(self.path, self._read_to)
-            return self._known.get((lang, text))
+            return self._known.get(text)
 
-    def put(self, text: str, lang: Lang, rendering: str) -> None:
-        line = json.dumps({"lang": lang, "text": text, "rendering": rendering}, ensure_ascii=False)
+    def put(self, text: str, rendering: str) -> None:
+        line = json.dumps(
+            {"lang": self.lang, "text": text, "rendering": rendering}, ensure_ascii=False
+        )
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # One write of one line in append mode: lines from several processes never mix.
@@ -109,7 +130,7 @@ class RenderingStore:
                 os.write(fd, (line + "\n").encode("utf-8"))
             finally:
                 os.close(fd)
-            self._known[(lang, text)] = rendering
+            self._known[text] = rendering
 
     def _read(self, path: Path, offset: int) -> int:
         """Read `path`'s whole lines from `offset` on; the offset reached."""
@@ -122,7 +143,8 @@ class RenderingStore:
                     offset += len(raw)
                     try:
                         entry = json.loads(raw)
-                        self._known[(entry["lang"], entry["text"])] = entry["rendering"]
+                        if entry["lang"] == self.lang:
+                            self._known[entry["text"]] = entry["rendering"]
                     except (ValueError, KeyError, TypeError):
                         continue  # a damaged line costs its rendering, not the store
         except FileNotFoundError:
