@@ -752,6 +752,16 @@ def test_an_english_question_on_a_chinese_book_gets_english_renderings() -> None
     assert [q.translation_withheld for q in quotes] == [True, False] and not check.passed
 
 
+def test_an_english_conclusion_on_a_chinese_book_is_checked_against_the_renderings() -> None:
+    rule = quote(
+        "如果你的小猫停在陷阱格上，它必须退回起点。",
+        translation=("If your kitten stops on a trap square, it must go back to the start."),
+    )
+    assert negation_check("Your kitten must go back to the start.", [rule]).passed
+    flipped_rule = negation_check("Your kitten does not go back to the start.", [rule])
+    assert not flipped_rule.passed and "reverses" in flipped_rule.detail
+
+
 def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
     from rag.answering.translation import Translator
 

@@ -399,9 +399,11 @@ def _english_in_chinese(text: str, quote: str) -> bool:
 
 def _sources(conclusion: str, quotes: Sequence[Quote]) -> list[tuple[int, str]]:
     """What each quote is compared in, clause by clause: its own words, or its translation
-    for a conclusion in another language (no translation: not comparable)."""
+    for a conclusion in another language, Chinese about an English rulebook or English about
+    a Chinese one (no translation: not comparable)."""
+    chinese = bool(CJK_RE.search(conclusion))
     pairs = [
-        (i, q.translation if _english_in_chinese(conclusion, q.text) else q.text)
+        (i, q.translation if chinese != bool(CJK_RE.search(q.text)) else q.text)
         for i, q in enumerate(quotes)
     ]
     return [
