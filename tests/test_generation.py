@@ -173,3 +173,31 @@ def test_the_stealth_question_is_answered_the_right_way_round(
     for sentence in split_sentences(conclusion):
         backwards = _FORBIDS.search(sentence) and _NO_CARDS.search(sentence)
         assert not backwards or _UNLESS.search(sentence), conclusion
+
+
+_KITTEN_RUN = """# 小猫快跑 规则书
+
+## 游戏目标
+第一个把三只小猫送回家的玩家获胜。
+
+## 陷阱
+如果你的小猫停在陷阱格上，它必须退回起点。你不能在同一回合内移动两只小猫。
+"""
+
+
+@pytest.mark.real_models
+def test_an_english_question_on_a_chinese_rulebook_is_answered_in_english(
+    real_settings: Settings, tmp_path: Path
+) -> None:
+    """The Chinese rule is quoted as it is, an English rendering beside it, and the English
+    conclusion checked against that rendering."""
+    rulebook = tmp_path / "kitten-run.md"
+    rulebook.write_text(_KITTEN_RUN, encoding="utf-8")
+    pipeline = Pipeline(real_settings)
+    pipeline.add_book(rulebook, "Kitten Run")
+    answer = pipeline.ask("What happens if my kitten stops on a trap square?", "Kitten Run")
+    trap = [q for q in answer.quotes if "陷阱" in q.text]
+    assert trap and trap[0].translation, answer.answer
+    assert re.search(r"\btrap\b", trap[0].translation, re.IGNORECASE), trap[0].translation
+    assert answer.conclusion is not None and answer.lang == "en", answer.answer
+    assert re.search(r"\bstart", answer.conclusion, re.IGNORECASE), answer.conclusion
