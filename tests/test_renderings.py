@@ -59,10 +59,8 @@ def test_the_sentence_is_a_message_of_its_own_after_a_worked_example() -> None:
 def test_a_sentence_can_be_rendered_into_every_language(lang: Lang) -> None:
     # An English question on a Chinese rulebook once failed here: English had no prompt.
     messages = translation_prompt("规则。", lang).messages
-    assert (
-        messages[-1]["content"] == "规则。"
-        and phrases(lang)["lang_name"].split()[0] in (messages[1]["content"])
-    )
+    language = phrases(lang)["lang_name"].split()[0]  # "English", "Simplified"
+    assert messages[-1]["content"] == "规则。" and language in messages[1]["content"]
 
 
 def test_each_language_s_renderings_keep_a_file_of_their_own(

@@ -391,9 +391,8 @@ _SEMICOLON = re.compile(r"\s*[;；]\s*")
 
 
 def _english_in_chinese(text: str, quote: str) -> bool:
-    """Whether the text is Chinese about an English quote: a conclusion is then compared
-    with the quote's translation, and a translation's wording checks (`dropped_bounds`,
-    `dropped_terms`, `invented_words`) know the words of both."""
+    """Whether the text is Chinese about an English quote: a translation's wording checks
+    (`dropped_bounds`, `dropped_terms`, `invented_words`) know the words of both."""
     return bool(CJK_RE.search(text)) and not CJK_RE.search(quote)
 
 

@@ -96,7 +96,8 @@ class _RenderingFile:
     """The renderings into one language."""
 
     def __init__(self, folder: Path, model: str, lang: Lang, shipped: Path | None) -> None:
-        # The prompt a rendering is made from, all but its sentence.
+        # The prompt a rendering is made from, all but its sentence; hashed in a list of one,
+        # as when Chinese was the only language rendered into, so its files keep their names.
         prompt = translation_prompt("", lang).messages
         fingerprint = hashlib.sha256(
             json.dumps([[prompt], TRANSLATION_SCHEMA]).encode()
