@@ -213,8 +213,9 @@ def serve_api() -> Iterator[Callable[..., str]]:
 
 class SlowGenerator(Generator):
     """Selects the first candidate at once, then writes a plain-text conclusion: the first
-    rule restated, then `pieces` words, `delay` seconds apart; records how far it got and
-    whether it was closed early (the client left), to test streaming and the model queue."""
+    rule restated, then `pieces` more of its words, `delay` seconds apart (a conclusion uses
+    only its quotes' words); records the rule, how far it got and whether it was closed
+    early (the client left), to test streaming and the model queue."""
 
     name = "slow"
 
@@ -222,6 +223,7 @@ class SlowGenerator(Generator):
         self.pieces = pieces
         self.delay = delay
         self.produced = 0
+        self.rule = ""
         self.started = threading.Event()
         self.finished = threading.Event()  # ran to the end or was closed
 
@@ -229,13 +231,15 @@ class SlowGenerator(Generator):
         if prompt.task == "select":
             yield DEFAULT_SELECTION
             return
+        self.rule = first_rule(prompt)
+        words = self.rule.rstrip(".").split()
         self.started.set()
         try:
-            yield first_rule(prompt) + " "
+            yield self.rule + " "
             for i in range(self.pieces):
                 time.sleep(self.delay)
                 self.produced += 1
-                yield f"Word{i} "  # capitalised: a sentence of its own
+                yield words[i % len(words)] + " "
         finally:
             self.finished.set()
 

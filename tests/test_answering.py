@@ -17,6 +17,7 @@ from rag.answering.checks import (
     language_check,
     negation_check,
     numbers_check,
+    own_words_check,
     quantity_check,
     stated_numbers,
     strip_markers,
@@ -268,6 +269,46 @@ def test_a_rules_consequence_reversed_under_a_condition_of_its_own_is_caught() -
     assert negation_check(turned, [quote(STEALTH)]).passed
     same_way = "If your roll is lower than or equal to your stealth, your attempt is successful."
     assert negation_check(same_way, [success]).passed
+
+
+GAME_END = [
+    quote(
+        "The game ends when all players have run out of their own throwdown cards in their "
+        "decks and the last player with any of their own throwdown cards remaining in his hand "
+        "throws his last card."
+    ),
+    quote("At that point, there is one final scoring round."),
+]
+
+
+def test_an_outcome_in_words_no_quote_and_not_the_question_uses_is_caught() -> None:
+    """Most words of "If a player runs out of cards, they are eliminated" are the rule's,
+    so it passes for a restatement of it; no rule eliminates anyone."""
+    asked = "what happens if a player runs out of cards?"
+    invented = "If a player runs out of cards, they are eliminated from the game."
+    assert negation_check(invented, GAME_END).passed  # the gap this check closes
+    failed = own_words_check(invented, asked, GAME_END)
+    assert not failed.passed and "eliminated" in failed.detail
+
+
+def test_words_of_the_quotes_question_or_game_in_another_form_pass() -> None:
+    asked = "in Throwdown, what happens if a player runs out of cards?"
+    said = (
+        "The game ends when all players have run out of throwdown cards and the last card is "
+        "thrown; then there is one final scoring round in Throwdown, unless stated otherwise."
+    )
+    failed = own_words_check(said, asked, GAME_END)
+    assert failed.detail == "says ['otherwise', 'stated'], which no quote and not the question say"
+    plain = said.replace(", unless stated otherwise", "")  # "run", "thrown", "one": the rule's
+    assert own_words_check(plain, asked, GAME_END).passed
+    assert own_words_check(
+        plain.replace("in Throwdown", "in Maximum"), "?", GAME_END, ["Maximum Throwdown"]
+    ).passed
+    # a conclusion in another language than its quotes is not judged word by word
+    assert (
+        own_words_check("游戏结束时进行最后一轮计分。", "牌用完了怎么办？", GAME_END).detail
+        == "not judged"
+    )
 
 
 def test_a_not_spelled_out_of_a_privative_word_is_no_reversal() -> None:

@@ -309,7 +309,7 @@ def test_stream_sends_quotes_then_citations_then_done(client: httpx.Client) -> N
 def test_stream_quotes_first_then_the_draft_then_the_checked_answer(
     scripted_client: httpx.Client, scripted: ScriptedGenerator
 ) -> None:
-    scripted.conclusions = ['{"conclusion": "Each player starts with the HP shown."}']
+    scripted.conclusions = ['{"conclusion": "Each player starts with the max HP."}']
     events = sse(scripted_client.post("/v1/ask/stream", json={"question": SUROS_Q}))
     names = [name for name, _ in events]
     assert names[0] == "quotes" and names[-2:] == ["citations", "done"]
@@ -320,8 +320,8 @@ def test_stream_quotes_first_then_the_draft_then_the_checked_answer(
     check_contract(answer)
     assert narrowed["quotes"] == answer["quotes"] and narrowed["text"] in answer["answer"]
     draft = "".join(data["text"] for name, data in events if name == "token")
-    assert draft == answer["conclusion"] == "Each player starts with the HP shown."
-    assert answer["answer"].startswith("Conclusion: Each player starts with the HP shown. [1]")
+    assert draft == answer["conclusion"] == "Each player starts with the max HP."
+    assert answer["answer"].startswith("Conclusion: Each player starts with the max HP. [1]")
     checks = {c["name"]: c["passed"] for c in answer["checks"]}
     assert checks["numbers"] and checks["negation"] and checks["selection"]
     assert answer["backend"] == "scripted"
@@ -437,12 +437,12 @@ def test_chat_stream_sends_only_final_text(
     assert {name for name, _ in sse(response)} == {"message"}  # unnamed events, as OpenAI's
     assert ": checking\n\n" in response.text  # a comment keeps the quiet stream open
     # A conclusion that passes is sent, in the final text only.
-    scripted.conclusions = ['{"conclusion": "Each player starts with the HP shown."}'] * 2
+    scripted.conclusions = ['{"conclusion": "Each player starts with the max HP."}'] * 2
     response = scripted_client.post("/v1/chat/completions", json=body)
     chunks = [data for _, data in sse(response)][:-1]
     text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks)
     assert text.startswith(chunks[-1]["rulekeeper"]["answer"] + "\n\nSources:")
-    assert text.startswith("Conclusion: Each player starts with the HP shown. [1]")
+    assert text.startswith("Conclusion: Each player starts with the max HP. [1]")
     plain = scripted_client.post("/v1/chat/completions", json={**body, "stream": False}).json()
     assert plain["choices"][0]["message"]["content"] == text
 
@@ -740,7 +740,7 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
             player = re.findall(r"player (\w+)", content)[-1]
             rule = re.search(r"^1\. \([^)]*\) (.*)$", content, re.M)
             assert rule is not None
-            yield json.dumps({"conclusion": f"{rule[1]} You asked about player {player}."})
+            yield json.dumps({"conclusion": f"{rule[1]} Player {player} starts with it."})
 
     echo = Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=Echo())
     url = serve_api(echo, queue_size=64)
@@ -751,7 +751,7 @@ def test_answers_reach_the_right_client(serve_api: Any, pipeline: Pipeline) -> N
         player = "".join("abcdefghij"[int(d)] for d in str(n))  # no digits: none to check
         question = f"What HP does player {player} start with in Suros?"
         answer = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=60).json()
-        said = f"You asked about player {player}."
+        said = f"Player {player} starts with it."
         mine = answer["question"] == question and answer["conclusion"].endswith(said)
         if not mine or said not in answer["answer"]:
             with lock:

@@ -126,9 +126,11 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     page.locator(".rk-rule .rk-marker").first.click()
     page.wait_for_selector(".rk-passage-text")
     # The draft streams in, set apart until it is checked.
+    assert slow.started.wait(10)
     page.wait_for_function(
-        "() => document.querySelector('.rk-draft-text').textContent.includes('Word1')"
-        " && !document.querySelector('.rk-cite')"
+        "(n) => document.querySelector('.rk-draft-text').textContent.trim().split(/\\s+/)"
+        ".length > n && !document.querySelector('.rk-cite')",
+        arg=len(slow.rule.split()) + 1,
     )
     assert page.locator(".rk-draft").is_visible()
     assert "checking" in page.inner_text(".rk-draft")
@@ -138,7 +140,8 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     # The checked answer replaces both; the passage a reader opened stays open.
     page.wait_for_selector(".rk-cite")
     answer = page.inner_text(".rk-answer")
-    assert answer.startswith("Conclusion: ") and "Word11" in answer and "Rule text:" in answer
+    assert answer.startswith("Conclusion: ") and "Rule text:" in answer
+    assert len(answer.split("[1]")[0].split()) == 1 + len(slow.rule.split()) + slow.pieces
     assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
     assert page.inner_text(".rk-draft-text") == ""
     assert page.locator(".rk-passage").is_visible()
@@ -164,7 +167,8 @@ def test_model_and_user_text_is_never_html(
     payload = '<img src=x onerror="window.__rkXss=true"><b>bold</b>'
     scripted.conclusions = [json.dumps({"conclusion": "{rule} " + payload})]
     open_demo(page, serve_api(scripted_pipeline))
-    question = "<script>window.__rkXss=2</script> " + QUESTION
+    # The payload asked too: a conclusion uses only the words of its quotes and question.
+    question = f"<script>window.__rkXss=2</script> {payload} {QUESTION}"
     ask(page, question)
     page.wait_for_selector(".rk-cite")
     assert payload in page.inner_text(".rk-answer")  # it was the draft too, then the answer

@@ -87,7 +87,7 @@ GOLD: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 CONCLUSIONS = {
-    EN_Q: "You gain 3 AP at the beginning of each turn except your first.",
+    EN_Q: "You gain 3 AP at the beginning of each player turn after your first.",
     ZH_Q: "除第一回合外，每个玩家回合开始时都获得 3AP。",
     LOOT_Q: "Draw 2 LOOT cards to the hero's Inventory.",
 }

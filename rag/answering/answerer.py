@@ -32,6 +32,7 @@ from rag.answering.checks import (
     language_check,
     negation_check,
     numbers_check,
+    own_words_check,
     quantity_check,
     stated_numbers,
     strip_markers,
@@ -241,6 +242,9 @@ class Answerer:
                 when_not_check(conclusion, question.text, question.lang),
                 language_check(conclusion, question.lang),
             ]
+            if not copied:  # a table's row is the rule's own words
+                names = question.game.names()
+                checks.append(own_words_check(conclusion, question.in_context, basis, names))
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))
         shown = bool(conclusion) and all(

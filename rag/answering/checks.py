@@ -8,6 +8,8 @@
   one says "not" as often, modulo two, as the quote does ("you may … if you DO NOT have"
   read back as "you can't … if you don't have" has one negation too many and is caught),
   and one that reverses what follows a rule's condition must reverse that condition too;
+- own_words: an English conclusion on English quotes uses no content word that its quotes,
+  the question and the game's names do not ("they are eliminated" where no rule eliminates);
 - answer_word: an opening yes or no agrees with the claim after it ("Yes, you cannot …"
   is caught), judged when the claim restates the question;
 - quantity: a question asking how many is answered with a number (or no limit);
@@ -469,6 +471,48 @@ def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
     if stated_numbers(conclusion) or _NO_LIMIT.search(conclusion):
         return Check("quantity", True)
     return Check("quantity", False, "the question asks how many; the conclusion states no number")
+
+
+# Words that join what the quotes say rather than say something of their own.
+_CONNECTIVES = frozenset(["unless", "because", "therefore", "thus"])
+# The endings an English word takes as it is used: "placed", "places" and "placing" are one
+# word, as are "eliminate" and "eliminated", and "throws" and "thrown".
+_ENDING = re.compile(r"(?:'s|ing|ed|en|es|e|s|d|n)$")
+
+
+def _stem(word: str) -> str:
+    """The word with its endings taken off, one after another ("opened", "opens" and "open"
+    are alike), down to two letters."""
+    while len(word) > 2 and (shorter := _ENDING.sub("", word)) != word:
+        word = shorter
+    return word
+
+
+def _stems(text: str) -> set[str]:
+    return {_stem(word) for word in tokenize(text)}
+
+
+def own_words_check(
+    conclusion: str, question: str, quotes: Sequence[Quote], names: Sequence[str] = ()
+) -> Check:
+    """An English conclusion on English quotes says nothing in words of its own: each of its
+    content words is one its quotes, the question or the game's names use. A small model
+    that composes where it should copy states an outcome no rule gives ("If a player runs
+    out of cards, they are eliminated" over rules that never eliminate anyone), in a
+    sentence whose other words are the quotes' and so pass for a restatement of them."""
+    if CJK_RE.search(conclusion) or any(CJK_RE.search(q.text) for q in quotes):
+        return Check("own_words", True, "not judged")
+    allowed = _stems(" ".join([question, *names, *(q.text for q in quotes)]))
+    own = sorted(
+        word
+        for word in tokenize(conclusion)
+        if number_value(word) is None  # numbers are the numbers check's
+        and word not in _CONNECTIVES
+        and _stem(word) not in allowed
+    )
+    if own:
+        return Check("own_words", False, f"says {own}, which no quote and not the question say")
+    return Check("own_words", True)
 
 
 # What says the "not" side: a negation (`negations`), or a restriction or
