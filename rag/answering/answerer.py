@@ -230,20 +230,21 @@ class Answerer:
         conclusion `written` passes the checks against them. When it does not, the rulebook
         seems silent if the closest sentence (`closest`, its score) is not close either, or
         if the model, `asked` again, does not repeat the numbers it stated. A conclusion
-        `copied` from a quote's cells states no negation for that check to read."""
+        `copied` from a quote's cells states no negation, and no word of its own, for those
+        checks to read."""
         conclusion, marker_check = strip_markers(written, [q.n for q in basis])
         checks.append(marker_check)
         if conclusion:
+            names = question.game.names()
             checks += [
-                numbers_check(conclusion, basis, question.game.names()),
+                numbers_check(conclusion, basis, names),
                 COPIED if copied else negation_check(conclusion, basis),
                 answer_word_check(conclusion, question.text, question.lang),
                 quantity_check(conclusion, question.text, question.lang),
                 when_not_check(conclusion, question.text, question.lang),
                 language_check(conclusion, question.lang),
             ]
-            if not copied:  # a table's row is the rule's own words
-                names = question.game.names()
+            if not copied:
                 checks.append(own_words_check(conclusion, question.in_context, basis, names))
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))
