@@ -27,6 +27,8 @@ from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream
 from rag.answering.quotes import make_quotes
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt, selection_schema
+from rag.answering.situations import unnamed_situation
+from rag.generation import ExtractiveGenerator, Generator
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
@@ -538,7 +540,7 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
     assert json.loads(json.dumps(answer.to_json()))["checks"]
 
 
-def answer_to(question: str, hits: list[Hit], generator: ScriptedGenerator) -> Answer:
+def answer_to(question: str, hits: list[Hit], generator: Generator) -> Answer:
     """The answer an Answerer over `hits` alone gives (fake embedder, gates off)."""
     embedder = FakeEmbedder()
     sentences, _ = SentenceVectors.embed([hit.chunk for hit in hits], embedder)
@@ -716,6 +718,74 @@ def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Se
     assert answer is not None and answer.abstained and answer.passages
     assert [(c.name, c.passed) for c in answer.checks] == [("closeness", False)]
     assert generator.prompts == []  # the model was not asked
+
+
+ATTACK_DECK_RULES = (
+    "Attack deck. At the start of the enemy phase, draw the top card of the attack deck.",
+    "Each attack card shows the damage it deals and the players it targets.",
+)
+ATTACK_DECK = make_hits(*ATTACK_DECK_RULES)
+EXTRACTIVE = ExtractiveGenerator()
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
+    [
+        ("What happens when the attack deck runs out?", "en"),
+        ("what if the attack deck is empty", "en"),
+        ("There are no more attack cards. Now what?", "en"),
+        ("攻击牌堆抽光了怎么办？", "zh"),
+        ("如果攻击牌用完了，要重新洗牌吗？", "zh"),
+    ],
+)
+def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_silent(
+    question: str, lang: Lang
+) -> None:
+    rules = list(ATTACK_DECK_RULES)
+    check = unnamed_situation(question, lang, rules)
+    assert check is not None and not check.passed and "running out" in check.detail
+    # A rule saying what happens when one runs out, in either language, answers it.
+    for rule in (
+        "If the event deck ever runs out, shuffle the discards to form a new deck.",
+        "When no attack cards remain, reshuffle them.",
+        "攻击牌堆抽完后，将弃牌堆重新洗混。",
+    ):
+        assert unnamed_situation(question, lang, [*rules, rule]) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
+    [
+        ("What does the attack deck do?", "en"),
+        ("My HP hit zero, am I out of the game?", "en"),
+        ("Can I take no more than two attack cards?", "en"),
+        ("每回合必须把4个行动都用完吗？", "zh"),  # using all one's actions: no running out
+    ],
+)
+def test_a_question_on_no_running_out_is_not_judged_by_it(question: str, lang: Lang) -> None:
+    assert unnamed_situation(question, lang, list(ATTACK_DECK_RULES)) is None
+
+
+def test_a_question_on_running_out_the_rules_found_never_name_abstains_before_the_llm() -> None:
+    generator = ScriptedGenerator(conclusions=['{"conclusion": "Shuffle the attack discards."}'])
+    answer = answer_to("What happens when the attack deck runs out?", ATTACK_DECK, generator)
+    assert answer.abstained and answer.conclusion is None
+    assert answer.answer.startswith(phrases("en")["not_answered"])
+    # The nearest rules stay on screen, verified, for the player to check.
+    assert answer.quotes and all(q.text in answer.answer for q in answer.quotes)
+    assert ("situation", False) in [(c.name, c.passed) for c in answer.checks]
+    assert generator.prompts == []  # the model was not asked
+    # Found beside a rule on running out, the same question is concluded from the rules.
+    found = make_hits(
+        "If the attack deck runs out, shuffle the attack discards into a new deck.",
+        *ATTACK_DECK_RULES,
+    )
+    answered = answer_to("What happens when the attack deck runs out?", found, generator)
+    assert not answered.abstained and generator.prompts
+    # With no model, the quotes say the same.
+    quoted = answer_to("What happens when the attack deck runs out?", ATTACK_DECK, EXTRACTIVE)
+    assert quoted.abstained and quoted.quotes
+    assert quoted.answer.startswith(phrases("en")["not_answered"])
 
 
 def test_the_llm_selection_chooses_what_the_conclusion_rests_on(settings: Settings) -> None:

@@ -3,6 +3,8 @@
 passages -> candidates (their sentences, closest to the question first; none close
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, or of two for some "when can't I" questions, verbatim, shown at once) ->
+situations (a question about something running out, over passages none of whose sentences
+speaks of running out: the rulebook seems silent, and no conclusion is written) ->
 selection (with `select` on, the LLM names the quoted sentences that answer, none meaning
 the rulebook is silent; off, the closest three) -> translation (of those, for a question
 in another language) -> conclusion (the LLM answers from those quotes alone; a "when can't
@@ -49,6 +51,7 @@ from rag.answering.rewording import (
     unless_frame,
 )
 from rag.answering.selection import parse_selection, selection_prompt
+from rag.answering.situations import unnamed_situation
 from rag.answering.tables import row_answer
 from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
@@ -115,11 +118,21 @@ class Answerer:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
             return
         yield _quotes_event(quotes, question.lang)
+        # Asked about a situation no rule found names, such as a deck running out: the
+        # rulebook seems silent on it, and the nearest rules are shown with no conclusion.
+        silent_on = unnamed_situation(question.text, question.lang, [s.text for s in ranked])
+        silence: Line | None = None if silent_on is None else "not_answered"
         if not self.generator.writes:
-            yield StreamEvent("answer", answer=self._answer(question, hits, quotes, [quote_check]))
+            checks = [quote_check] if silent_on is None else [quote_check, silent_on]
+            answer = self._answer(question, hits, quotes, checks, silence)
+            yield StreamEvent("answer", answer=answer)
             return
-        concluding = self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
-        if not concluding:  # nothing to select for: the closest quoted sentences are rendered
+        concluding = silent_on is None and (
+            self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
+        )
+        if silent_on is not None:  # nothing to conclude: the closest quoted sentences are rendered
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), silent_on
+        elif not concluding:  # nothing to select for: the closest quoted sentences are rendered
             chosen, selection_check = list(deciding[:MOST_CHOSEN]), UNTRUSTED_YES_NO
         elif self.settings.select:
             chosen, selection_check = self._select(question, deciding)
@@ -147,7 +160,9 @@ class Answerer:
             )
             if not concluding:
                 _, quotes = self._glossed(question, None, basis, quotes, checks)
-                answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
+                answer = self._answer(
+                    question, hits, quotes, checks, silence or "read_the_rule_yes_no"
+                )
             elif unless is not None:  # no model call: the rule's own condition, turned round
                 conclusion, composed = unless
                 checks.append(composed)
@@ -348,7 +363,8 @@ class Answerer:
     ) -> Answer:
         """The quotes without a conclusion, none having been asked for: the answer itself
         (no model), or (`read_the_rule_yes_no`) the rule that decides a yes or no the model
-        is not trusted to give, which the player is told to read."""
+        is not trusted to give, which the player is told to read, or (`not_answered`) the
+        rules nearest a situation that none of them names."""
         return quoted_answer(
             question.text,
             question.game.slug,
