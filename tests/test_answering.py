@@ -306,6 +306,10 @@ def test_words_of_the_quotes_question_or_game_in_another_form_pass() -> None:
     assert own_words_check(
         plain.replace("in Throwdown", "in Maximum"), "?", GAME_END, ["Maximum Throwdown"]
     ).passed
+    # an irregular plural is its singular's word: "dice" over a rule saying "die"
+    die = [quote("Roll one die; on a 6, draw a card.")]
+    assert own_words_check("Roll the dice; on a 6, draw a card.", "?", die).passed
+    assert not own_words_check("Roll the dice; on a 6, discard a card.", "?", die).passed
     # a conclusion in another language than its quotes is not judged word by word
     assert (
         own_words_check("游戏结束时进行最后一轮计分。", "牌用完了怎么办？", GAME_END).detail

@@ -482,7 +482,8 @@ _ENDING = re.compile(r"(?:'s|ing|ed|en|es|e|s|d|n)$")
 
 def _stem(word: str) -> str:
     """The word with its endings taken off, one after another ("opened", "opens" and "open"
-    are alike), down to two letters."""
+    are alike), down to two letters; an irregular plural is its singular first ("dice")."""
+    word = _SINGULAR.get(word, word)
     while len(word) > 2 and (shorter := _ENDING.sub("", word)) != word:
         word = shorter
     return word
