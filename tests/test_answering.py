@@ -737,9 +737,12 @@ EXTRACTIVE = ExtractiveGenerator()
     [
         ("What happens when the attack deck runs out?", "en"),
         ("what if the attack deck is empty", "en"),
+        ("I have to draw but my hand and deck are already empty", "en"),
+        ("I'm out of attack cards, what now?", "en"),
         ("There are no more attack cards. Now what?", "en"),
         ("攻击牌堆抽光了怎么办？", "zh"),
         ("如果攻击牌用完了，要重新洗牌吗？", "zh"),
+        ("攻击牌堆已经空了，接下来打谁？", "zh"),
     ],
 )
 def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_silent(
@@ -763,7 +766,10 @@ def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_sile
         ("What does the attack deck do?", "en"),
         ("My HP hit zero, am I out of the game?", "en"),
         ("Can I take no more than two attack cards?", "en"),
+        ("Can an enemy attack me from an empty space?", "en"),  # a place, not a supply
+        ("How do I get out of the attack zone?", "en"),
         ("每回合必须把4个行动都用完吗？", "zh"),  # using all one's actions: no running out
+        ("怪物走了以后格子空了，我能搜刮吗？", "zh"),  # an empty tile, not a supply
     ],
 )
 def test_a_question_on_no_running_out_is_not_judged_by_it(question: str, lang: Lang) -> None:
