@@ -768,6 +768,10 @@ def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_sile
         ("Can I take no more than two attack cards?", "en"),
         ("Can an enemy attack me from an empty space?", "en"),  # a place, not a supply
         ("How do I get out of the attack zone?", "en"),
+        # running out of what a turn spends: settled by what things cost
+        ("I ran out of AP, can I still attack?", "en"),
+        ("when I'm out of actions does my turn end?", "en"),
+        ("我的行动点用完了还能攻击吗？", "zh"),
         ("每回合必须把4个行动都用完吗？", "zh"),  # using all one's actions: no running out
         ("怪物走了以后格子空了，我能搜刮吗？", "zh"),  # an empty tile, not a supply
     ],

@@ -25,6 +25,8 @@ class Situation:
     what: str  # the situation in words, for the check's detail
     asks: dict[str, re.Pattern[str]]  # how a question names it, per question language
     speaks: re.Pattern[str]  # how a rule names it, in either language
+    # Like it, but settled by other rules (running out of actions: what things cost)
+    unlike: dict[str, re.Pattern[str]]
 
 
 def _either(patterns: Sequence[str]) -> re.Pattern[str]:
@@ -40,6 +42,7 @@ def situations() -> tuple[Situation, ...]:
             entry["what"],
             {lang: _either(patterns) for lang, patterns in entry["asks"].items()},
             _either(entry["speaks"]),
+            {lang: _either(patterns) for lang, patterns in entry.get("unlike", {}).items()},
         )
         for name, entry in table.items()
     )
@@ -49,8 +52,8 @@ def unnamed_situation(question: str, lang: Lang, rules: Sequence[str]) -> Check 
     """A failing check when the question asks about a situation that none of `rules` (the
     sentences of the passages found) names; None when it asks about none, or a rule names it."""
     for situation in situations():
-        asks = situation.asks.get(lang)
-        if asks is None or not asks.search(question):
+        asks, unlike = situation.asks.get(lang), situation.unlike.get(lang)
+        if asks is None or not asks.search(question) or (unlike and unlike.search(question)):
             continue
         if not any(situation.speaks.search(rule) for rule in rules):
             return Check(
