@@ -739,6 +739,7 @@ EXTRACTIVE = ExtractiveGenerator()
         ("what if the attack deck is empty", "en"),
         ("I have to draw but my hand and deck are already empty", "en"),
         ("I'm out of attack cards, what now?", "en"),
+        ("can the enemy still attack if the attack deck has none left", "en"),
         ("There are no more attack cards. Now what?", "en"),
         ("攻击牌堆抽光了怎么办？", "zh"),
         ("如果攻击牌用完了，要重新洗牌吗？", "zh"),
@@ -755,6 +756,7 @@ def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_sile
     for rule in (
         "If the event deck ever runs out, shuffle the discards to form a new deck.",
         "When no attack cards remain, reshuffle them.",
+        "If none remain, the enemy skips its attack.",
         "攻击牌堆抽完后，将弃牌堆重新洗混。",
     ):
         assert unnamed_situation(question, lang, [*rules, rule]) is None
@@ -772,6 +774,7 @@ def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_sile
         ("I ran out of AP, can I still attack?", "en"),
         ("when I'm out of actions does my turn end?", "en"),
         ("我的行动点用完了还能攻击吗？", "zh"),
+        ("I have no more moves I want to make, can I attack now?", "en"),
         ("每回合必须把4个行动都用完吗？", "zh"),  # using all one's actions: no running out
         ("怪物走了以后格子空了，我能搜刮吗？", "zh"),  # an empty tile, not a supply
     ],
