@@ -18,29 +18,26 @@ import sys
 from pathlib import Path
 
 from rag.answering.situations import situations
-from rag.types import Lang
 
 PHRASES = Path(__file__).parents[1] / "eval" / "situation-phrases.jsonl"
-
-
-def judged(question: str, lang: Lang) -> bool:
-    """Whether the running-out check would judge the question."""
-    runs_out = next(s for s in situations() if s.name == "runs_out")
-    asks, unlike = runs_out.asks.get(lang), runs_out.unlike.get(lang)
-    return bool(asks and asks.search(question)) and not (unlike and unlike.search(question))
 
 
 def main(argv: list[str]) -> None:
     path = Path(next((a for a in argv if not a.startswith("--")), PHRASES))
     phrases = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    wrong = [p for p in phrases if judged(p["q"], p["lang"]) != p["supply_runs_out"]]
-    judged_right = sum(p["supply_runs_out"] for p in phrases if judged(p["q"], p["lang"]))
+    runs_out = next(s for s in situations() if s.name == "runs_out")
+    # (judged by the check, about running out) per phrase
+    read = [(runs_out.asked(p["q"], p["lang"]), p["supply_runs_out"]) for p in phrases]
     figures = {
         "phrases": len(phrases),
-        "about running out": sum(p["supply_runs_out"] for p in phrases),
-        "judged": sum(judged(p["q"], p["lang"]) for p in phrases),
-        "judged and about running out": judged_right,
-        "misread": [(p["q"], p["supply_runs_out"]) for p in wrong],
+        "about running out": sum(about for _, about in read),
+        "judged": sum(judged for judged, _ in read),
+        "judged and about running out": sum(judged and about for judged, about in read),
+        "misread": [
+            (p["q"], about)
+            for p, (judged, about) in zip(phrases, read, strict=True)
+            if judged != about
+        ],
     }
     if "--json" in argv:
         print(json.dumps(figures, ensure_ascii=False, indent=2))

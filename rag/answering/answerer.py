@@ -130,10 +130,9 @@ class Answerer:
         concluding = silent_on is None and (
             self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
         )
-        if silent_on is not None:  # nothing to conclude: the closest quoted sentences are rendered
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), silent_on
-        elif not concluding:  # nothing to select for: the closest quoted sentences are rendered
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), UNTRUSTED_YES_NO
+        if not concluding:  # a situation no rule names, or a yes/no the model is not trusted
+            # with: nothing to select for, the closest quoted sentences are rendered
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), silent_on or UNTRUSTED_YES_NO
         elif self.settings.select:
             chosen, selection_check = self._select(question, deciding)
         else:

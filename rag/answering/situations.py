@@ -28,6 +28,11 @@ class Situation:
     # Like it, but settled by other rules (running out of actions: what things cost)
     unlike: dict[str, re.Pattern[str]]
 
+    def asked(self, question: str, lang: Lang) -> bool:
+        """Whether the question asks about this situation (and not about one like it)."""
+        asks, unlike = self.asks.get(lang), self.unlike.get(lang)
+        return bool(asks and asks.search(question)) and not (unlike and unlike.search(question))
+
 
 def _either(patterns: Sequence[str]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
@@ -52,10 +57,9 @@ def unnamed_situation(question: str, lang: Lang, rules: Sequence[str]) -> Check 
     """A failing check when the question asks about a situation that none of `rules` (the
     sentences of the passages found) names; None when it asks about none, or a rule names it."""
     for situation in situations():
-        asks, unlike = situation.asks.get(lang), situation.unlike.get(lang)
-        if asks is None or not asks.search(question) or (unlike and unlike.search(question)):
-            continue
-        if not any(situation.speaks.search(rule) for rule in rules):
+        if situation.asked(question, lang) and not any(
+            situation.speaks.search(rule) for rule in rules
+        ):
             return Check(
                 "situation",
                 False,
