@@ -92,17 +92,25 @@ def judge_prompt(pipeline: Pipeline, template: str, item: GoldItem) -> tuple[str
     return content, ranked
 
 
+# A judge's prompt for an item from a template's text, and the item's candidate sentences.
+PromptOf = Callable[[Pipeline, str, GoldItem], tuple[str, list[Sentence]]]
+
+
 def judged(
-    golds: Sequence[Path], template: Path, keep: Callable[[GoldItem], bool] = lambda _: True
+    golds: Sequence[Path],
+    template: Path,
+    keep: Callable[[GoldItem], bool] = lambda _: True,
+    prompt_of: PromptOf = judge_prompt,
 ) -> Iterator[tuple[str, GoldItem, list[Sentence], float]]:
     """Each kept item of the gold sets with its gold set's name, its candidate sentences and
-    the judge's P(yes) under `template`."""
+    the judge's P(yes) under `template` (over the sentences an answer quotes, unless
+    `prompt_of` shows others)."""
     pipeline = Pipeline(load_settings())
     judge = YesProbability()
     text = template.read_text(encoding="utf-8")
     for gold in golds:
         for item in filter(keep, load_gold(gold)):
-            content, ranked = judge_prompt(pipeline, text, item)
+            content, ranked = prompt_of(pipeline, text, item)
             yield gold.name, item, ranked, judge(content)
 
 

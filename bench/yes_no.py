@@ -6,8 +6,10 @@ by those sentences, the answer is yes or no (bench/prompts/yes_no_judge.txt), an
 probability of "yes" against "no" is read from its first token. It prints how often the
 likelier word is the right one, overall and among the confident replies, and the ROC AUC of
 P(yes) between "yes" and "no" items. What it finds decides `generation.answer_yes_no`.
+With --evidence the model is shown instead the rulebook sentences that hold the item's gold
+evidence: what it answers when the choice of sentences is not in the way.
 
-    python bench/yes_no.py [--gold FILE ...] [--json]
+    python bench/yes_no.py [--gold FILE ...] [--evidence] [--json]
 """
 
 from __future__ import annotations
@@ -18,19 +20,50 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from abstention import auc, judged
+from abstention import auc, judge_prompt, judged
 
 from eval import GOLD_DIR
-from eval.runner import gold_set_parser
+from eval.runner import GoldItem, gold_set_parser
+from rag.answering.candidates import Sentence
+from rag.metrics import normalise
+from rag.pipeline import Pipeline
+from rag.prompting import fill
+from rag.searching.sentences import passage_sentences
 
 PROMPT = Path(__file__).with_name("prompts") / "yes_no_judge.txt"
 DEFAULT_GOLDS = (GOLD_DIR / "probe.jsonl", GOLD_DIR / "probe-heldout.jsonl")
 CONFIDENCES = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-def run(golds: Sequence[Path]) -> dict[str, Any]:
+def evidence_prompt(
+    pipeline: Pipeline, template: str, item: GoldItem
+) -> tuple[str, list[Sentence]]:
+    """The judge's prompt over the sentences of the item's rulebook that hold an evidence
+    string or lie within one, numbered as answers number theirs (no candidates ranked)."""
+    game, _ = pipeline.retrieve(item.question, item.game)
+    evidence = [normalise(e) for e in item.evidence]
+    lines: dict[str, str] = {}  # sentence -> its numbered line, first place kept
+    for chunk in pipeline.chunks(game.slug):
+        for sentence in passage_sentences(chunk.text):
+            text = normalise(sentence)
+            if any(e in text or text in e for e in evidence):
+                lines.setdefault(sentence, f"{len(lines) + 1}. ({chunk.section[-1]}) {sentence}")
+    content = fill(
+        template, "judge", game_title=game.title,
+        sentences="\n".join(lines.values()), question=item.question,
+    )  # fmt: skip
+    return content, []
+
+
+def run(golds: Sequence[Path], *, evidence: bool = False) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
-    for gold, item, _, p_yes in judged(golds, PROMPT, lambda item: "polarity" in item.probe):
+    judging = judged(
+        golds,
+        PROMPT,
+        lambda item: "polarity" in item.probe,
+        evidence_prompt if evidence else judge_prompt,
+    )
+    for gold, item, _, p_yes in judging:
         rows.append(
             {
                 "gold": gold,
@@ -70,8 +103,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> int:
     parser = gold_set_parser(__doc__, json_help="Print every item's P(yes) too.")
+    parser.add_argument(
+        "--evidence",
+        action="store_true",
+        help="Show the model the sentences holding the gold evidence, not those quoted.",
+    )
     args = parser.parse_args()
-    report = run(args.gold or list(DEFAULT_GOLDS))
+    report = run(args.gold or list(DEFAULT_GOLDS), evidence=args.evidence)
     print(json.dumps(report if args.json else report["summary"], indent=2))
     return 0
 
