@@ -25,10 +25,12 @@ from abstention import auc, judge_prompt, judged
 from eval import GOLD_DIR
 from eval.runner import GoldItem, gold_set_parser
 from rag.answering.candidates import Sentence
+from rag.answering.selection import numbered
 from rag.metrics import normalise
 from rag.pipeline import Pipeline
 from rag.prompting import fill
 from rag.searching.sentences import passage_sentences
+from rag.types import Hit
 
 PROMPT = Path(__file__).with_name("prompts") / "yes_no_judge.txt"
 DEFAULT_GOLDS = (GOLD_DIR / "probe.jsonl", GOLD_DIR / "probe-heldout.jsonl")
@@ -40,17 +42,17 @@ def evidence_prompt(
 ) -> tuple[str, list[Sentence]]:
     """The judge's prompt over the sentences of the item's rulebook that hold an evidence
     string or lie within one, numbered as answers number theirs (no candidates ranked)."""
-    game, _ = pipeline.retrieve(item.question, item.game)
+    game = pipeline.resolve_game(item.game, item.question)
     evidence = [normalise(e) for e in item.evidence]
-    lines: dict[str, str] = {}  # sentence -> its numbered line, first place kept
+    found: dict[str, Sentence] = {}  # by text: a sentence the book repeats is shown once
     for chunk in pipeline.chunks(game.slug):
-        for sentence in passage_sentences(chunk.text):
-            text = normalise(sentence)
-            if any(e in text or text in e for e in evidence):
-                lines.setdefault(sentence, f"{len(lines) + 1}. ({chunk.section[-1]}) {sentence}")
+        for position, text in enumerate(passage_sentences(chunk.text)):
+            plain = normalise(text)
+            if any(e in plain or plain in e for e in evidence):
+                found.setdefault(text, Sentence(Hit(chunk, 0.0, 0), 0, position, text, 0.0))
     content = fill(
         template, "judge", game_title=game.title,
-        sentences="\n".join(lines.values()), question=item.question,
+        sentences=numbered(list(found.values())), question=item.question,
     )  # fmt: skip
     return content, []
 
