@@ -43,7 +43,7 @@ from typing import Literal
 from rag.lang import CJK_RE, STOPWORDS, detect_lang, sentence_spans
 from rag.types import Chunk, ChunkKind, Document, GameInfo
 
-CHUNKER_VERSION = "6"  # 6: a PDF column longer than the other read in its place
+CHUNKER_VERSION = "7"  # 7: Chinese lines joined without a space; escapes and entities resolved
 
 _TERMINAL = (".", "!", "?", ")", '"', "”", "。", "！", "？", "）")
 _MAX_HEADING_CHARS = 60

@@ -1,18 +1,27 @@
-"""Rulebook files (.txt, .md, .html, .pdf) and folders of Markdown flattened to a Document.
+"""Rulebook files (.txt, .md, .rst, .html, .pdf) and folders of pages flattened to a Document.
 
 What `Document.text` holds: one paragraph per line, no blank lines, whitespace collapsed,
-list bullets written "- ". Lines starting with '#' are headings whose level the source
-states: Markdown and HTML headings, and entries of the book's own table of contents, found
-again in the text and marked top-level (the contents list itself is removed). Other
-headings are left for the chunker to recognise, unless the source marks its headings
-(Markdown, HTML, PDF fonts: `Document.headings_marked`). Page chrome (RulesPal navigation, the
-"<title> thumbnail" caption, repeated title lines, PDF running headers and page numbers)
-is removed. PDFs get one PageSpan per page.
+list bullets written "- ", table rows with their cells joined by " | ". Lines starting with
+'#' are headings whose level the source states: Markdown, reStructuredText and HTML
+headings, and entries of the book's own table of contents, found again in the text and
+marked top-level (the contents list itself is removed). Other headings are left for the
+chunker to recognise, unless the source marks its headings (Markdown, reStructuredText,
+HTML, PDF fonts: `Document.headings_marked`). Lines a source wraps are joined with a space,
+but without one between two Chinese (or Japanese) characters, so a sentence reads as
+written. Page chrome (RulesPal navigation, the "<title> thumbnail" caption, repeated title
+lines, PDF running headers and page numbers) is removed. PDFs get one PageSpan per page.
+
+A folder of pages (.md, .markdown, .rst, .txt, .html, .htm, in any mix: a rules wiki, a
+Sphinx site's sources) is one book, each page a top-level section in name order, hidden
+files and those under a name starting with '_' (a site's _build, _static) left out. It is
+written as one Markdown book: what `rules add` keeps, and what a folder reads as.
 """
 
 from __future__ import annotations
 
 import codecs
+import csv
+import html
 import re
 import unicodedata
 from collections.abc import Callable
@@ -23,7 +32,7 @@ from rag.errors import IngestError
 from rag.reading.pdf import read_pdf
 from rag.types import Document, PageSpan
 
-SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
+SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".html", ".htm", ".pdf")
 
 _Line = tuple[int, str]  # (page, text); page 0 for formats without pages
 
@@ -92,35 +101,97 @@ def _guess_single_byte(data: bytes) -> str | None:
     return "WINDOWS-1252" if sum(c.isalpha() for c in foreign) >= 0.5 * len(foreign) else None
 
 
+# ---------------------------------------------------------------- text shared by the readers
+
+_ESCAPABLE = r"[!-/:-@\[-`{-~]"  # ASCII punctuation, which a backslash makes plain text
+# A character of a private-use plane, which no rulebook holds, stands for a plain one
+# until the markup is gone.
+_PROTECTED = 0xF0000
+_PROTECTED_RE = re.compile("[\U000f0000-\U000f007f]")
+_ENTITY_RE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+
+def _protect(text: str) -> str:
+    """ASCII punctuation hidden from the markup patterns (escaped or literal text)."""
+    return "".join(chr(_PROTECTED + ord(c)) if re.match(_ESCAPABLE, c) else c for c in text)
+
+
+def _unprotect(text: str) -> str:
+    return _PROTECTED_RE.sub(lambda m: chr(ord(m.group()) - _PROTECTED), text)
+
+
+def _resolve_entities(text: str) -> str:
+    """&amp; &lt; &nbsp; &#160; &#x4e2d; ... as characters; only complete ones, with ';'."""
+    return _ENTITY_RE.sub(lambda m: html.unescape(m.group()), text)
+
+
+def _is_wide(char: str) -> bool:
+    """A character set two columns wide: CJK ideographs, kana, full-width punctuation;
+    not Korean syllables, whose words are spaced."""
+    return unicodedata.east_asian_width(char) in "WF" and not "\uac00" <= char <= "\ud7a3"
+
+
+def _tight(left: str, right: str) -> bool:
+    """No space where a line break falls between two Chinese (or Japanese) characters.
+
+    Characters of ambiguous width ("·", "…", "①") count with a wide neighbour: they sit
+    in Chinese sentences ("融合·S·X怪兽", "……", "①：").
+    """
+    widths = (unicodedata.east_asian_width(left), unicodedata.east_asian_width(right))
+    return all(w in "WFA" for w in widths) and (_is_wide(left) or _is_wide(right))
+
+
+def _join_lines(lines: list[str]) -> str:
+    """Wrapped lines as one paragraph: joined with a space, except between Chinese text."""
+    text = ""
+    for line in (line.strip() for line in lines):
+        if line:
+            text = f"{text}{line}" if not text or _tight(text[-1], line[0]) else f"{text} {line}"
+    return text
+
+
+def _display_columns(text: str) -> list[tuple[int, str]]:
+    """Each character with the column it starts at; wide characters take two columns."""
+    columns = []
+    column = 0
+    for char in text:
+        columns.append((column, char))
+        column += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return columns
+
+
 # ---------------------------------------------------------------- markdown
 
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
-_ATX_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+# CommonMark: closing '#'s only after a space, so "C#" and an escaped "\#" stay in the title.
+_ATX_RE = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 _SETEXT_RE = re.compile(r"^(=+|-+)\s*$")
 _RULE_RE = re.compile(r"^([-*_])(\s*\1){2,}\s*$")
 _ITEM_RE = re.compile(r"^\s*(?:[-*+]|(\d+[.)]))\s+(?:\[[ xX]\]\s+)?(.*)$")
 _QUOTE_RE = re.compile(r"^\s*(>\s?)+")
 _TABLE_SEP_RE = re.compile(r"^(?=.*\|)\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 _REF_DEF_RE = re.compile(r"^\s*\[[^\]]+\]:\s*\S+")
-_INLINE_MD = (
+_MD_ESCAPE_RE = re.compile(rf"\\({_ESCAPABLE})")
+_INLINE_MD: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"(`+)(.+?)\1"), lambda m: _protect(m.group(2))),  # code is taken as written
     (re.compile(r"!\[[^\]]*\]\([^)]*\)"), ""),  # images carry no rules text
     (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),
     (re.compile(r"<(https?://[^>]+)>"), r"\1"),
     (re.compile(r"</?[A-Za-z][^>]*>"), ""),
-    (re.compile(r"(`+)(.+?)\1"), r"\2"),
     (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),
     (re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?![\w*])"), r"\1"),
     (re.compile(r"(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)"), r"\1"),
     (re.compile(r"~~(.+?)~~"), r"\1"),
-    (re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])"), r"\1"),
 )
 
 
 def _inline_markdown(text: str) -> str:
+    """Markup removed; backslash escapes and HTML entities resolved to their characters."""
+    text = _MD_ESCAPE_RE.sub(lambda m: _protect(m.group(1)), text)
     for pattern, replacement in _INLINE_MD:
         text = pattern.sub(replacement, text)
-    return text
+    return _unprotect(_resolve_entities(text))
 
 
 def _markdown_block(line: str) -> str | None:
@@ -143,7 +214,7 @@ def _markdown_lines(text: str) -> list[str]:
 
     def flush() -> None:
         if paragraph:
-            out.append(_inline_markdown(" ".join(paragraph)))
+            out.append(_inline_markdown(_join_lines(paragraph)))
             paragraph.clear()
 
     in_code = False
@@ -160,7 +231,7 @@ def _markdown_lines(text: str) -> list[str]:
             flush()
         elif _SETEXT_RE.match(line) and paragraph:
             level = "#" if line.lstrip().startswith("=") else "##"
-            out.append(f"{level} {_inline_markdown(' '.join(paragraph))}")
+            out.append(f"{level} {_inline_markdown(_join_lines(paragraph))}")
             paragraph.clear()
         elif _RULE_RE.match(line):
             flush()
@@ -173,66 +244,422 @@ def _markdown_lines(text: str) -> list[str]:
     return out
 
 
-_MARKDOWN_SUFFIXES = (".md", ".markdown")
-_FIRST_FILES = ("readme", "index")  # a wiki's front page comes first
+_MD_HEADING_LINE_RE = re.compile(r"^(#{1,6}) (.*)$")
+_MD_ITEM_LINE_RE = re.compile(r"^(- |\d+[.)] )(.*)$")
+_MD_ALWAYS_ESCAPED_RE = re.compile(r"[\\`*_\[\]~]|&(?=#?\w+;)|<(?=[A-Za-z/!?])")
 
 
-def _file_title(path: Path) -> str:
-    """ "02-playing_the-game.md" -> "Playing the game": the name without its order number."""
-    words = re.sub(r"^[\d\s._-]+", "", path.stem).replace("_", " ").replace("-", " ").split()
-    title = " ".join(words) or path.stem
-    return title[0].upper() + title[1:]
+def _escape_markdown(text: str, *, heading: bool = False) -> str:
+    """Text that Markdown reads back as itself: markup characters escaped, and the first
+    one when a line starting with it would be a block (a quote, a rule, a table)."""
+    text = _MD_ALWAYS_ESCAPED_RE.sub(lambda m: "\\" + m.group(), text)
+    if heading:
+        text = text.replace("#", "\\#")
+    elif re.match(_ESCAPABLE, text[:1]) and not text.startswith("\\"):
+        text = "\\" + text
+    return text
 
 
-def _natural_key(path: Path) -> tuple[bool, list[tuple[int, str]]]:
-    parts = re.split(r"(\d+)", str(path).casefold())
-    return path.stem.casefold() not in _FIRST_FILES, [
-        (int(p), "") if p.isdigit() else (0, p) for p in parts
-    ]
+def _as_markdown(lines: list[str], *, headings: bool = True) -> list[str]:
+    """Lines of a Document (headings, items, paragraphs) as Markdown blocks that read back
+    as the same lines: how a folder's .rst, .txt and .html pages join its Markdown book.
+    Without `headings` (text pages), a line starting with '#' stays text."""
+    blocks = []
+    for line in _clean(lines):
+        if headings and (heading := _MD_HEADING_LINE_RE.match(line)):
+            blocks.append(f"{heading.group(1)} {_escape_markdown(heading.group(2), heading=True)}")
+        elif item := _MD_ITEM_LINE_RE.match(line):
+            blocks.append(item.group(1) + _escape_markdown(item.group(2)))
+        else:
+            blocks.append(_escape_markdown(line))
+    return blocks
 
 
-def _headings_below_title(lines: list[str]) -> list[str]:
-    """A page's headings shifted so that its highest sits at level 2, under the page title."""
-    in_code = False
-    headings: dict[int, int] = {}
-    for i, line in enumerate(lines):
-        if _FENCE_RE.match(line):
-            in_code = not in_code
-        elif not in_code and (heading := _ATX_RE.match(line)):
-            headings[i] = len(heading.group(1))
-    shift = 2 - min(headings.values(), default=2)
-    return [
-        "#" * min(headings[i] + shift, 6) + line.lstrip("#") if i in headings else line
-        for i, line in enumerate(lines)
-    ]
+# ---------------------------------------------------------------- reStructuredText
+
+_RST_ADORNMENT_RE = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}\s*$")  # 3+ of one punctuation mark
+_RST_GRID_BORDER_RE = re.compile(r"^\+(?:[-=]+\+)+\s*$")
+_RST_GRID_RULE_RE = re.compile(r"^(?=.*\+[-=])[+|][-=+| ]*$")  # a border, or part of one
+_RST_SIMPLE_BORDER_RE = re.compile(r"^=+(?: +=+)*\s*$")
+_RST_SPAN_RE = re.compile(r"^-+(?: +-+)*\s*$")  # the cells of a simple table's header above
+_RST_BULLET_RE = re.compile(r"^[-*+•‣⁃](?: +(?P<text>.*))?$")
+_ENUMERATOR = r"\d+|#|[a-zA-Z]|[ivxlcdm]+|[IVXLCDM]+"
+_RST_ENUM_RE = re.compile(
+    rf"^(?:(?P<number>{_ENUMERATOR})[.)]|\((?P<bracketed>{_ENUMERATOR})\))(?: +(?P<text>.*))?$"
+)
+_RST_LINE_BLOCK_RE = re.compile(r"^\|(?: +(.*))?$")
+_RST_FIELD_RE = re.compile(r"^:([^:`\s][^:`]*):(?: +(.*))?$")
+_RST_EXPLICIT_RE = re.compile(r"^\.\.(?: +(.*))?$")
+_RST_DIRECTIVE_RE = re.compile(r"^(\|[^|]+\|\s+)?([\w.:+-]+?)::(?: +(.*))?$")
+_RST_OPTION_RE = re.compile(r"^:[\w-][\w .-]*:(?: |$)")
+
+# Directives whose content is no rules text: pictures, navigation, settings, page furniture.
+_RST_DROPPED = {
+    "image", "figure", "toctree", "include", "literalinclude", "raw", "role", "default-role",
+    "highlight", "meta", "contents", "sectnum", "section-numbering", "header", "footer",
+    "title", "index", "target-notes", "tabularcolumns", "graphviz", "mermaid", "plot",
+    "youtube", "video",
+}  # fmt: skip
+# The argument is the first paragraph of the content (".. note:: Text").
+_RST_TEXT_ARGUMENT = {
+    "attention", "caution", "danger", "error", "hint", "important", "note", "tip", "warning",
+    "seealso", "todo", "centered", "epigraph", "highlights", "pull-quote",
+}  # fmt: skip
+# The argument is a title, kept as a paragraph of its own.
+_RST_TITLE_ARGUMENT = {
+    "admonition", "sidebar", "topic", "rubric", "table", "list-table", "csv-table",
+}  # fmt: skip
+_RST_LITERAL = {"code", "code-block", "sourcecode", "parsed-literal", "math"}
+
+_RST_SPACE = "\U000f0100"  # an escaped space: a markup boundary that reads as nothing
+_RST_INLINE = (
+    (re.compile(r"(?::[\w.+-]+)+:`([^`]+)`|`([^`]+)`:[\w.+-]+:"), r"\1\2"),  # :role:`text`
+    (re.compile(r"_`([^`]+)`"), r"\1"),  # an inline target
+    (re.compile(r"`([^`]+)`(?:__?)?"), r"\1"),  # a reference, or interpreted text
+    (re.compile(r"\s*\[(?:#[\w.-]*|\*|\d+|[\w.-]+)\]_"), ""),  # footnote references
+    (re.compile(r"(?<!\w)\|([^|\s](?:[^|]*[^|\s])?)\|(?:__?)?(?!\w)"), r"\1"),  # |substitution|
+    (re.compile(r"\*\*(\S(?:.*?\S)?)\*\*"), r"\1"),
+    (re.compile(r"(?<![\w*])\*([^\s*](?:.*?[^\s*])?)\*(?![\w*])"), r"\1"),
+    (re.compile(r"(?<=[^\W_])__?(?!\w)"), ""),  # a reference by name: word_
+)
+_RST_TARGET_RE = re.compile(r"^(.*?)\s*<([^<>]+)>$")
 
 
-def markdown_folder(folder: Path) -> str:
-    """A folder of Markdown files as one book: each file a top-level section, in name order.
+def _rst_inline(text: str) -> str:
+    """Inline markup removed: **strong**, *emphasis*, ``literal``, `interpreted`, roles,
+    `links <url>`_, footnote references, |substitutions|; backslash escapes resolved."""
+    text = re.sub(r"``(\S(?:.*?\S)?)``", lambda m: _protect(m.group(1)), text)
+    text = re.sub(r"\\(.|$)", _rst_escape, text)
+    text = re.sub(r"`([^`]+)`", lambda m: f"`{_rst_link_text(m.group(1))}`", text)
+    for pattern, replacement in _RST_INLINE:
+        text = pattern.sub(replacement, text)
+    return _unprotect(text.replace(_RST_SPACE, ""))
 
-    A file's own first-level heading names its section (else its file name does); its
-    other headings move under it.
-    """
-    files = sorted(
-        (p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in _MARKDOWN_SUFFIXES),
-        key=lambda p: _natural_key(p.relative_to(folder)),
-    )
-    if not files:
-        raise IngestError(
-            f"{folder} holds no Markdown files ({', '.join(_MARKDOWN_SUFFIXES)}): give a "
-            "folder of Markdown pages, or the rulebook file itself."
-        )
-    parts = []
-    for path in files:
-        lines = _decode(path.read_bytes(), path).splitlines()
-        title = _file_title(path)
-        first = next((i for i, line in enumerate(lines) if line.strip()), None)
-        own = _ATX_RE.match(lines[first]) if first is not None else None
-        if first is not None and own and own.group(1) == "#":
-            title = own.group(2)
-            del lines[first]
-        parts.append("\n".join([f"# {title}", "", *_headings_below_title(lines)]).strip())
-    return "\n\n".join(parts) + "\n"
+
+def _rst_escape(match: re.Match[str]) -> str:
+    """A backslash escape: the character as plain text; an escaped space is nothing."""
+    char = match.group(1)
+    return _protect(char) if char.strip() else _RST_SPACE
+
+
+def _rst_link_text(text: str) -> str:
+    """`Rules <https://…>`: the text; `<https://…>` alone: the address."""
+    if target := _RST_TARGET_RE.match(text):
+        return target.group(1) or target.group(2)
+    return text
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    depth = min((_indent(line) for line in lines if line.strip()), default=0)
+    return [line[depth:] for line in lines]
+
+
+def _indented_block(lines: list[str], start: int) -> tuple[list[str], int]:
+    """The indented (and blank) lines from `start` on, dedented, and where they end."""
+    end = start
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > 0):
+        end += 1
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    return _dedent(lines[start:end]), end
+
+
+def _cut_columns(line: str, starts: list[int]) -> list[str]:
+    """A table line cut into cells at display columns: each word in the cell where it
+    starts, so that text a little out of line (wide characters) stays whole."""
+    cells: list[list[str]] = [[] for _ in starts]
+    word: list[str] = []
+    word_start = 0
+    for column, char in [*_display_columns(line), (10**9, " ")]:
+        if char != " ":
+            word_start = column if not word else word_start
+            word.append(char)
+        elif word:
+            cell = max((k for k, s in enumerate(starts) if s <= word_start), default=0)
+            cells[cell].append("".join(word))
+            word = []
+    return [" ".join(cell) for cell in cells]
+
+
+def _table_row(cells: list[str]) -> str:
+    """Cells joined by " | " as the Markdown reader joins them, without empty edge cells."""
+    texts = [_rst_inline(cell) for cell in cells]
+    while texts and not texts[-1].strip():
+        texts.pop()
+    while texts and not texts[0].strip():
+        texts.pop(0)
+    return " | ".join(texts)
+
+
+class _RstReader:
+    """reStructuredText as lines. Section levels follow the order in which each adornment
+    style (underline, or overline and underline, and their character) first appears."""
+
+    def __init__(self) -> None:
+        self.styles: list[tuple[str, str]] = []
+
+    def read(self, text: str) -> list[str]:
+        lines = [line.rstrip() for line in text.expandtabs(8).splitlines()]
+        return self.blocks(lines, top=True)
+
+    def blocks(self, lines: list[str], *, top: bool = False) -> list[str]:
+        out: list[str] = []
+        paragraph: list[str] = []
+        literal_next = False
+
+        def flush() -> None:
+            nonlocal literal_next
+            if not paragraph:
+                return
+            text = _join_lines(paragraph)
+            paragraph.clear()
+            if text.endswith("::"):  # "Text::" introduces a literal block: "Text:"
+                literal_next = True
+                text = text[:-2].rstrip() if text[:-2].endswith(" ") or text == "::" else text[:-1]
+            if text := _rst_inline(text):
+                out.append(text)
+
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            if not line.strip():
+                flush()
+                i += 1
+                continue
+            if _indent(line) > 0:  # a literal block, a block quote, or a definition
+                flush()
+                block, i = _indented_block(lines, i)
+                if literal_next:
+                    out.extend(line for line in block if line.strip())
+                else:
+                    out.extend(self.blocks(block))
+                literal_next = False
+                continue
+            literal_next = False
+            if explicit := _RST_EXPLICIT_RE.match(line):
+                flush()
+                body, i = _indented_block(lines, i + 1)
+                out.extend(self.explicit(explicit.group(1) or "", body))
+                continue
+            if top and (title := self.title(lines, i)):
+                flush()
+                heading, i = title
+                if heading:
+                    out.append(heading)
+                continue
+            if _RST_GRID_BORDER_RE.match(line):
+                flush()
+                end = i
+                while end < len(lines) and lines[end][:1] in ("+", "|"):
+                    end += 1
+                out.extend(self.grid_table(lines[i:end]))
+                i = end
+                continue
+            if not paragraph and _RST_SIMPLE_BORDER_RE.match(line) and following.strip():
+                # The table ends at a border followed by a blank line.
+                closing = next(
+                    (
+                        j
+                        for j in range(i + 1, len(lines))
+                        if _RST_SIMPLE_BORDER_RE.match(lines[j])
+                        and (j + 1 == len(lines) or not lines[j + 1].strip())
+                    ),
+                    None,
+                )
+                if closing is not None:
+                    out.extend(self.simple_table(lines[i : closing + 1]))
+                    i = closing + 1
+                    continue
+            if _RST_ADORNMENT_RE.match(line):  # a transition, or a stray underline
+                flush()
+                i += 1
+                continue
+            if not paragraph and _RST_LINE_BLOCK_RE.match(line):
+                end = i + 1
+                while end < len(lines) and (
+                    _RST_LINE_BLOCK_RE.match(lines[end])
+                    or (lines[end].strip() and _indent(lines[end]) > 0)
+                ):
+                    end += 1
+                out.extend(self.line_block(lines[i:end]))
+                i = end
+                continue
+            if not paragraph and (item := self.list_item(lines, i)):
+                marker, body, i = item
+                inner = self.blocks(body)
+                if inner:
+                    out.append(marker + inner[0])
+                    out.extend(inner[1:])
+                continue
+            if not paragraph and (field := _RST_FIELD_RE.match(line)):
+                body, i = _indented_block(lines, i + 1)
+                text = _join_lines([field.group(2) or "", *body])
+                # Fields before any text are the file's settings (":tocdepth: 2"): dropped.
+                if not top or any(not line.startswith("#") for line in out):
+                    out.append(f"{_rst_inline(field.group(1))}: {_rst_inline(text)}")
+                continue
+            paragraph.append(line)
+            i += 1
+        flush()
+        return out
+
+    def title(self, lines: list[str], i: int) -> tuple[str, int] | None:
+        """A section title at line i, as a '#' line, and the line after it; else None."""
+        line = lines[i]
+        after = lines[i + 1] if i + 1 < len(lines) else ""
+        over = _RST_ADORNMENT_RE.match(line)
+        if over and i + 2 < len(lines) and after.strip() and not _RST_ADORNMENT_RE.match(after):
+            under = _RST_ADORNMENT_RE.match(lines[i + 2])
+            if under and under.group(1) == over.group(1):
+                return self.heading((over.group(1), under.group(1)), after), i + 3
+        under = _RST_ADORNMENT_RE.match(after)
+        # Any underline of 3 or more: its length is often off for wide (Chinese) titles.
+        if not over and under:
+            return self.heading(("", under.group(1)), line), i + 2
+        return None
+
+    def heading(self, style: tuple[str, str], text: str) -> str:
+        if style not in self.styles:
+            self.styles.append(style)
+        title = _rst_inline(text.strip())
+        level = min(self.styles.index(style) + 1, 6)
+        return f"{'#' * level} {title}" if title else ""
+
+    def list_item(self, lines: list[str], i: int) -> tuple[str, list[str], int] | None:
+        """A bullet or enumerated list item at line i: its marker, its body and where it ends."""
+        line = lines[i]
+        bullet = _RST_BULLET_RE.match(line)
+        number = None if bullet else _RST_ENUM_RE.match(line)
+        if number:
+            # "A. Lincoln wrote…" is a paragraph: an item's next line is blank or indented.
+            after = lines[i + 1] if i + 1 < len(lines) else ""
+            if after.strip() and _indent(after) == 0 and not _RST_ENUM_RE.match(after):
+                return None
+        match = bullet or number
+        if not match:
+            return None
+        first = match.group("text")
+        body, end = _indented_block(lines, i + 1)
+        enumerator = number and (number.group("number") or number.group("bracketed"))
+        marker = f"{enumerator}. " if enumerator and enumerator.isdigit() else "- "
+        return marker, [first, *body] if first else body, end
+
+    def explicit(self, text: str, body: list[str]) -> list[str]:
+        """A directive's text, if it holds rules text; comments, targets, footnotes: none."""
+        directive = _RST_DIRECTIVE_RE.match(text)
+        if not directive or directive.group(1):  # a comment, or a substitution definition
+            return []
+        name, argument = directive.group(2).lower(), directive.group(3) or ""
+        options: dict[str, str] = {}
+        key = ""
+        while body and (_RST_OPTION_RE.match(body[0]) or (key and _indent(body[0]) > 0)):
+            line = body.pop(0)
+            if _indent(line) > 0:  # an option's value going on
+                options[key] = _join_lines([options[key], line])
+            else:
+                key, _, value = line[1:].partition(":")
+                options[key] = value.strip()
+        body = _dedent(body)
+        if name in _RST_DROPPED:
+            return []
+        if name in _RST_LITERAL:
+            return [line for line in body if line.strip()]
+        if name in _RST_TEXT_ARGUMENT and argument:
+            return self.blocks([argument, *body])
+        head = [_rst_inline(argument)] if name in _RST_TITLE_ARGUMENT and argument else []
+        if name == "list-table":
+            return head + self.list_table(body)
+        if name == "csv-table":
+            header = [options["header"]] if "header" in options else []
+            rows = csv.reader([*header, *body], skipinitialspace=True)
+            return head + [text for text in map(_table_row, rows) if text]
+        return head + self.blocks(body)
+
+    def list_table(self, body: list[str]) -> list[str]:
+        rows = []
+        i = 0
+        while i < len(body):
+            item = self.list_item(body, i) if body[i].strip() else None
+            if not item:
+                i += 1
+                continue
+            _, row, i = item
+            cells = []
+            j = 0
+            while j < len(row):
+                cell = self.list_item(row, j) if row[j].strip() else None
+                if not cell:
+                    j += 1
+                    continue
+                _, cell_body, j = cell
+                cells.append(" ".join(self.blocks(cell_body)))
+            rows.append(_table_row(cells))
+        return [row for row in rows if row]
+
+    def line_block(self, lines: list[str]) -> list[str]:
+        """'| ' lines: each a line of its own; an indented line continues the one above."""
+        texts: list[list[str]] = []
+        for line in lines:
+            if start := _RST_LINE_BLOCK_RE.match(line):
+                texts.append([start.group(1) or ""])
+            elif texts:
+                texts[-1].append(line)
+        return [text for text in (_rst_inline(_join_lines(t)) for t in texts) if text]
+
+    def grid_table(self, lines: list[str]) -> list[str]:
+        """+---+ tables row by row: a row's cells are what lies between its '|'s."""
+        rows = []
+        cells: list[list[str]] = []
+        for line in lines:
+            if _RST_GRID_RULE_RE.match(line.strip()):
+                rows.append(cells)
+                cells = []
+                continue
+            for k, cell in enumerate(line.strip().strip("|").split("|")):
+                if k < len(cells):
+                    cells[k].append(cell)
+                else:
+                    cells.append([cell])
+        rows.append(cells)
+        texts = [_table_row([_join_lines(cell) for cell in row]) for row in rows]
+        return [text for text in texts if text]
+
+    def simple_table(self, lines: list[str]) -> list[str]:
+        """=== tables row by row: cells cut at the columns of the top border, a row going on
+        in lines whose first column is blank, a header cell spanning the columns its
+        ----- underline spans."""
+        starts = [m.start() for m in re.finditer(r"=+", lines[0])]
+        rows: list[tuple[list[str], list[int]]] = []
+        for line in lines[1:]:
+            if not line.strip() or _RST_SIMPLE_BORDER_RE.match(line):
+                continue
+            if _RST_SPAN_RE.match(line):
+                if rows:
+                    rows[-1] = (rows[-1][0], [m.start() for m in re.finditer(r"-+", line)])
+                continue
+            if rows and len(starts) > 1 and not line[: starts[1]].strip():  # the row goes on
+                rows[-1][0].append(line)
+            else:
+                rows.append(([line], starts))
+        texts = []
+        for row_lines, columns in rows:
+            cut = [_cut_columns(line, columns) for line in row_lines]
+            texts.append(_table_row([_join_lines(list(cell)) for cell in zip(*cut, strict=True)]))
+        return [text for text in texts if text]
+
+
+def _rst_lines(text: str) -> list[str]:
+    """reStructuredText to lines: titles as '#' lines, directives' text kept as paragraphs
+    (pictures, tables of contents, comments, footnotes and targets dropped), lists as '- '
+    lines, tables read row by row, markup removed."""
+    return _RstReader().read(text)
 
 
 # ---------------------------------------------------------------- html
@@ -278,7 +705,8 @@ class _HtmlText(HTMLParser):
             self._buffer.append(data)
 
     def _flush(self) -> None:
-        text = " ".join("".join(self._buffer).split())
+        source_lines = "".join(self._buffer).splitlines()
+        text = _join_lines([" ".join(line.split()) for line in source_lines])
         if text:
             self.lines.append(f"{'#' * self._heading} {text}" if self._heading else text)
         self._buffer.clear()
@@ -294,6 +722,110 @@ def _html_lines(text: str) -> list[str]:
     parser.feed(text)
     parser.close()
     return parser.lines
+
+
+def _text_lines(text: str) -> list[str]:
+    """A text file's lines, with HTML entities (from a page saved as text) resolved."""
+    return [_resolve_entities(line) for line in text.splitlines()]
+
+
+# ---------------------------------------------------------------- folders of pages
+
+_MARKDOWN_SUFFIXES = (".md", ".markdown")
+_PAGE_READERS: dict[str, Callable[[str], list[str]]] = {
+    ".rst": _rst_lines,
+    ".txt": _text_lines,
+    ".html": _html_lines,
+    ".htm": _html_lines,
+}
+_PAGE_SUFFIXES = (*_MARKDOWN_SUFFIXES, *_PAGE_READERS)
+_FIRST_FILES = ("readme", "index")  # a wiki's front page comes first
+
+
+def _file_title(path: Path) -> str:
+    """ "02-playing_the-game.md" -> "Playing the game": the name without its order number."""
+    words = re.sub(r"^[\d\s._-]+", "", path.stem).replace("_", " ").replace("-", " ").split()
+    title = " ".join(words) or path.stem
+    return title[0].upper() + title[1:]
+
+
+def _natural_key(path: Path) -> tuple[bool, list[tuple[int, str]]]:
+    parts = re.split(r"(\d+)", str(path).casefold())
+    return path.stem.casefold() not in _FIRST_FILES, [
+        (int(p), "") if p.isdigit() else (0, p) for p in parts
+    ]
+
+
+def _headings_below_title(lines: list[str]) -> list[str]:
+    """A page's headings shifted so that its highest sits at level 2, under the page title."""
+    in_code = False
+    headings: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        if _FENCE_RE.match(line):
+            in_code = not in_code
+        elif not in_code and (heading := _ATX_RE.match(line)):
+            headings[i] = len(heading.group(1))
+    shift = 2 - min(headings.values(), default=2)
+    return [
+        "#" * min(headings[i] + shift, 6) + line.lstrip("#") if i in headings else line
+        for i, line in enumerate(lines)
+    ]
+
+
+def _folder_pages(folder: Path) -> list[Path]:
+    pages = [
+        path
+        for path in folder.rglob("*")
+        if path.is_file()
+        and path.suffix.lower() in _PAGE_SUFFIXES
+        # Hidden files, and a site's own folders and parts (_build, _static, _Sidebar.md).
+        and not any(part.startswith((".", "_")) for part in path.relative_to(folder).parts)
+    ]
+    return sorted(pages, key=lambda p: _natural_key(p.relative_to(folder)))
+
+
+def _page_markdown(path: Path) -> tuple[str | None, list[str]]:
+    """A page as Markdown lines, and the title it gives itself (a first-level heading on
+    its first line) taken out of them."""
+    text = _decode(path.read_bytes(), path)
+    suffix = path.suffix.lower()
+    if suffix in _MARKDOWN_SUFFIXES:
+        lines = text.splitlines()
+    else:
+        lines = [
+            line
+            for block in _as_markdown(_PAGE_READERS[suffix](text), headings=suffix != ".txt")
+            for line in (block, "")
+        ]
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    own = _ATX_RE.match(lines[first]) if first is not None else None
+    if first is None or not own or own.group(1) != "#":
+        return None, lines
+    del lines[first]
+    return own.group(2), lines
+
+
+def markdown_folder(folder: Path) -> str:
+    """A folder of pages as one Markdown book: each page a top-level section, in name order.
+
+    Pages are Markdown, reStructuredText, HTML or text files, in any mix. A page's own
+    first-level heading names its section (else its file name does); its other headings
+    move under it. Text pages have no headings. Hidden files and folders, and those whose
+    name starts with '_', are skipped.
+    """
+    pages = _folder_pages(folder)
+    if not pages:
+        raise IngestError(
+            f"{folder} holds no Markdown files nor other pages to read "
+            f"({', '.join(_PAGE_SUFFIXES)}): give a folder of rulebook pages, or the "
+            "rulebook file itself."
+        )
+    parts = []
+    for path in pages:
+        own_title, lines = _page_markdown(path)
+        title = own_title or _escape_markdown(_file_title(path), heading=True)
+        parts.append("\n".join([f"# {title}", "", *_headings_below_title(lines)]).strip())
+    return "\n\n".join(parts) + "\n"
 
 
 # ---------------------------------------------------------------- normalising
@@ -421,11 +953,9 @@ def _page_spans(lines: list[_Line], length: int) -> tuple[PageSpan, ...]:
 
 
 _TEXT_FORMATS: dict[str, Callable[[str], list[str]]] = {
-    ".txt": str.splitlines,
     ".md": _markdown_lines,
     ".markdown": _markdown_lines,
-    ".html": _html_lines,
-    ".htm": _html_lines,
+    **_PAGE_READERS,
 }
 
 
