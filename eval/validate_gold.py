@@ -72,10 +72,10 @@ class Game:
 
 
 def rulebook_text(path: Path) -> str:
-    """A rulebook's text: a PDF (a book added with `rules add`) read by `rules add`'s own
-    reader (rag.reading.files), one paragraph a line (headings without their '#'), anything
-    else as UTF-8 text."""
-    if path.suffix.casefold() != ".pdf":
+    """A rulebook's text: a book added with `rules add` (PDF, Markdown, HTML) read by its
+    own reader (rag.reading.files), one paragraph a line (headings without their '#'), so
+    that markup and escapes are read as answers read them; plain text as UTF-8 text."""
+    if path.suffix.casefold() == ".txt":
         return path.read_text(encoding="utf-8")
     from rag.reading.files import load_document
 
