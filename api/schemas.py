@@ -167,6 +167,11 @@ class QuoteOut(BaseModel):
         description="A translation was made but failed the checks, so none is shown: the "
         "rule text says so in its place.",
     )
+    deciding: bool = Field(
+        False,
+        description="The sentence judged to settle the question: shown first, under a "
+        "heading of its own. At most one quote is.",
+    )
 
 
 class CheckOut(BaseModel):
@@ -206,9 +211,9 @@ class AskResponse(BaseModel):
                     "question": "How many cards does each player draw?",
                     "game": "suros",
                     "lang": "en",
-                    "answer": "Conclusion: Each player draws two cards. [1]\n\nRule text:\n"
-                    "[1] Setup p. 4:\n    “Each player draws two cards.”\n\nThis answer "
-                    "is for reference only; where they differ, the rulebook prevails.",
+                    "answer": "Deciding rule: [1] Setup p. 4\n    “Each player draws two "
+                    "cards.”\n\nConclusion: Each player draws two cards. [1]\n\nThis "
+                    "answer is for reference only; where they differ, the rulebook prevails.",
                     "abstained": False,
                     "citations": [
                         {
@@ -248,6 +253,7 @@ class AskResponse(BaseModel):
                             "text": "Each player draws two cards.",
                             "translation": None,
                             "translation_withheld": False,
+                            "deciding": True,
                         }
                     ],
                     "checks": [
@@ -257,6 +263,7 @@ class AskResponse(BaseModel):
                         {"name": "numbers", "passed": True, "detail": ""},
                         {"name": "negation", "passed": True, "detail": ""},
                     ],
+                    "confidence": 0.71,
                     "conversation_id": "c_7Qm2xY9kLp3Z",
                     "rule_text_only": False,
                 }
@@ -267,10 +274,11 @@ class AskResponse(BaseModel):
     game: str | None = Field(description="Slug of the game answered about.")
     lang: Literal["en", "zh"]
     answer: str = Field(
-        description="The answer as shown: the conclusion (or, when one failed a check, a "
-        "line saying to read the rule) and the rule text; or, when `abstained`, that the "
-        "rulebook does not say (above the nearest rule text, cited, when it only seems not "
-        "to: no conclusion passed its checks and no sentence is close). Then a reminder. "
+        description="The answer as shown: the deciding sentence with its section and page, "
+        "the conclusion when one passed its checks, and the rest of the rule text; or, when "
+        "`abstained`, that the rulebook does not say (above the nearest rule text, cited, "
+        "when it only seems not to: no conclusion passed its checks and no sentence is "
+        "close). Then a reminder. "
         "Every `[n]` marker refers to an entry of `citations`."
     )
     abstained: bool = Field(description="True when the rulebook does not cover the question.")
@@ -287,6 +295,11 @@ class AskResponse(BaseModel):
     )
     checks: list[CheckOut] = Field(
         description="The checks the answer went through before its conclusion was shown."
+    )
+    confidence: float | None = Field(
+        None,
+        description="The chance, by a model fitted on gold sets, that the deciding sentence "
+        "settles the question; null when no sentence was judged.",
     )
     conversation_id: str | None = Field(
         None, description="Pass it back to ask a follow-up; null when `history` was given."

@@ -27,6 +27,7 @@ from rag.metrics import (
     build_report,
     facts_covered,
     first_hit_rank,
+    holds_evidence,
     supported_citations,
     way_round_problems,
 )
@@ -239,6 +240,13 @@ def _score(
     right_way = None
     if item.probe and conclusion:
         right_way = not way_round_problems(conclusion, item.lang, item.probe)
+    deciding = next((q for q in answer.quotes if q.deciding), None)
+    deciding_holds = deciding is not None and holds_evidence(deciding.text, item.evidence)
+    conclusion_right = None
+    if conclusion is not None:
+        conclusion_right = (
+            item.answerable and deciding_holds and any(facts_covered(conclusion, item.key_facts))
+        )
     return ItemScore(
         lang=item.lang,
         game=answer.game or UNRESOLVED,
@@ -260,6 +268,8 @@ def _score(
         and invents_a_number(conclusion, answer.quotes, game_names),
         renderings_shown=sum(q.translation is not None for q in answer.quotes),
         renderings_withheld=sum(q.translation_withheld for q in answer.quotes),
+        deciding_holds=deciding_holds if item.answerable else None,
+        conclusion_right=conclusion_right,
     )
 
 
@@ -338,6 +348,8 @@ def _stored_score(item: GoldItem, metrics: dict[str, Any]) -> ItemScore:
         invented_number=metrics.get("invented_number", False),
         renderings_shown=metrics.get("renderings_shown", 0),
         renderings_withheld=metrics.get("renderings_withheld", 0),
+        deciding_holds=metrics.get("deciding_holds_evidence"),
+        conclusion_right=metrics.get("conclusion_right"),
     )
 
 

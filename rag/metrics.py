@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 from rag.answering.checks import answer_word
@@ -39,6 +40,29 @@ def contains_any(text: str, needles: Iterable[str]) -> bool:
     """
     haystack = normalise(text)
     return any(needle and needle in haystack for needle in map(normalise, needles))
+
+
+# Shorter shared text is a phrase, not a rule: "draw two cards" is in many sentences.
+MIN_SHARED_CHARS = 15
+
+
+def holds_evidence(sentence: str, evidence: Iterable[str]) -> bool:
+    """Whether a quoted sentence holds gold evidence: it contains an evidence string, lies
+    within one (evidence spanning several sentences), or shares with one a stretch of at
+    least half the shorter of the two (evidence running across a sentence's end); never
+    by fewer than MIN_SHARED_CHARS characters."""
+    said = normalise(sentence)
+    if not said:
+        return False
+    for needle in map(normalise, evidence):
+        if not needle:
+            continue
+        if needle in said or (said in needle and len(said) >= MIN_SHARED_CHARS):
+            return True
+        match = SequenceMatcher(None, said, needle, autojunk=False).find_longest_match()
+        if match.size >= max(MIN_SHARED_CHARS, min(len(said), len(needle)) / 2):
+            return True
+    return False
 
 
 def first_hit_rank(passages: Sequence[str], evidence: Sequence[str]) -> int | None:
@@ -165,6 +189,9 @@ class ItemScore:
     invented_number: bool = False  # the shown conclusion states or counts numbers unlike quotes
     renderings_shown: int = 0  # quotes shown with a rendering in the asker's language
     renderings_withheld: int = 0  # quotes whose rendering failed the checks
+    deciding_holds: bool | None = None  # answerable: the sentence shown first holds evidence
+    conclusion_right: bool | None = None  # a conclusion shown: it covers a key fact and its
+    # deciding sentence holds evidence (for an unanswerable item, never)
 
     @property
     def fact_recall(self) -> float | None:
@@ -200,6 +227,8 @@ class ItemScore:
             "invented_number": self.invented_number,
             "renderings_shown": self.renderings_shown,
             "renderings_withheld": self.renderings_withheld,
+            "deciding_holds_evidence": self.deciding_holds,
+            "conclusion_right": self.conclusion_right,
         }
 
 
@@ -229,6 +258,11 @@ def summarise(scores: Sequence[ItemScore], ks: Sequence[int] = (1, 5)) -> dict[s
         # The share of answerable items with a checked conclusion shown, and of probe items'
         # shown conclusions that are the right way round (a withheld one is neither).
         "conclusion_shown": share([s.concluded for s in answerable]),
+        # The sentence a player reads first, and the conclusions shown that are right.
+        "deciding_holds_evidence": share([bool(s.deciding_holds) for s in answerable]),
+        "conclusion_right": share(
+            [s.conclusion_right for s in scores if s.conclusion_right is not None]
+        ),
         "right_way_round": share([s.right_way for s in scores if s.right_way is not None]),
         "probe_conclusion_shown": share([s.concluded for s in scores if s.probe]),
         "invented_numbers_shown": sum(s.invented_number for s in scores),

@@ -166,6 +166,13 @@ class GenerationSettings(BaseModel):
         "sentence the rulebook is taken as silent (set for the default embedder on the gold "
         "set: eval/RESULTS.md); 0: never.",
     )
+    conclude_from: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="From this confidence that its best sentence decides the question, a "
+        "conclusion is written; below it the deciding sentence is the answer; 1: never.",
+    )
     min_score_unconcluded: float = Field(
         0.49,
         description="A question whose conclusion stated a number its quotes do not hold, "

@@ -152,6 +152,7 @@ class Quote:
     text: str
     translation: str | None = None  # the asker's language, when it is not the rulebook's
     translation_withheld: bool = False  # one was made, but failed the checks
+    deciding: bool = False  # the sentence judged to settle the question, shown first
 
     @property
     def label(self) -> str:
@@ -194,6 +195,8 @@ class Answer:
     conclusion: str | None = None  # the checked conclusion shown, None when withheld
     quotes: list[Quote] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    # The chance that the deciding sentence (the quote marked so) settles the question.
+    confidence: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -223,6 +226,7 @@ class Answer:
             "conclusion": self.conclusion,
             "quotes": [asdict(q) for q in self.quotes],
             "checks": [asdict(c) for c in self.checks],
+            "confidence": None if self.confidence is None else round(self.confidence, 4),
         }
 
     @classmethod
@@ -260,6 +264,7 @@ class Answer:
             conclusion=data["conclusion"],
             quotes=[Quote(**q) for q in data["quotes"]],
             checks=[Check(**c) for c in data["checks"]],
+            confidence=data.get("confidence"),
         )
 
 

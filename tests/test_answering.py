@@ -519,7 +519,11 @@ def test_quotes_come_before_any_token_and_the_conclusion_cites_them(settings: Se
     answer = events[-1].answer
     assert answer is not None and not answer.abstained
     assert answer.conclusion == "You have a hand limit."
-    assert answer.answer.startswith("Conclusion: You have a hand limit. [1]")
+    deciding = answer.quotes[0]
+    assert deciding.deciding and not any(q.deciding for q in answer.quotes[1:])
+    # The deciding sentence first, with its source; then the conclusion; then the context.
+    assert answer.answer.startswith(f"Deciding rule: [1] Draw\n    “{deciding.text}”")
+    assert "\n\nConclusion: You have a hand limit. [1]\n\nRule text:" in answer.answer
     assert all(q.text in answer.answer for q in answer.quotes)
     assert {c.n for c in answer.citations} == {q.n for q in answer.quotes}
     assert [p.task for p in generator.prompts] == ["conclude"]  # from the closest quotes
@@ -537,7 +541,8 @@ def test_a_failed_check_withholds_the_conclusion_but_keeps_the_quotes(settings: 
     )
     assert answer.conclusion is None and not answer.abstained
     assert "99" not in answer.answer
-    assert answer.answer.startswith("Read the rule below")
+    # The deciding sentence is the answer: no line stands above it.
+    assert answer.answer.startswith("Deciding rule: [1]")
     assert answer.quotes and answer.citations
     failed = [c.name for c in answer.checks if not c.passed]
     assert "numbers" in failed and "quotes" not in failed
@@ -596,7 +601,7 @@ def test_a_when_not_question_concluded_the_allowed_way_round_is_not_concluded() 
     allowed = '{"conclusion": "A Fuel card resolves the objective with its Fuel option."}'
     generator = ScriptedGenerator(conclusions=[allowed, allowed])
     answer = answer_to("When doesn't a Fuel card resolve the objective?", hits, generator)
-    assert answer.conclusion is None and answer.answer.startswith("Read the rule below")
+    assert answer.conclusion is None and answer.answer.startswith("Deciding rule: [1]")
     assert [c.name for c in answer.checks if not c.passed] == ["when_not"]
     asked_so = answer_to("When does a Fuel card resolve the objective?", hits, generator)
     assert asked_so.conclusion == "A Fuel card resolves the objective with its Fuel option."
@@ -628,7 +633,7 @@ def test_a_how_many_question_answered_without_a_number_is_not_concluded(
     answer = scripted_pipeline_with(settings, generator).ask(
         "How many cards can I hold?", "Maximum Apocalypse"
     )
-    assert answer.conclusion is None and answer.answer.startswith("Read the rule below")
+    assert answer.conclusion is None and answer.answer.startswith("Deciding rule: [1]")
     assert ("quantity", False) in [(c.name, c.passed) for c in answer.checks]
 
 
@@ -663,7 +668,7 @@ def test_an_invented_number_and_no_close_sentence_seem_silent(settings: Settings
     plain = scripted_pipeline_with(
         settings, ScriptedGenerator(conclusions=[invented, invented])
     ).ask(*question)
-    assert not plain.abstained and plain.answer.startswith(phrases("en")["read_the_rule"])
+    assert not plain.abstained and plain.answer.startswith("Deciding rule: [1]")
     # So does one that misreads a rule (its negation), however far: the rule is there.
     misread = '{"conclusion": "There is no hand limit."}'
     flipped = scripted_pipeline_with(doubtful, ScriptedGenerator(conclusions=[misread])).ask(
@@ -671,7 +676,7 @@ def test_an_invented_number_and_no_close_sentence_seem_silent(settings: Settings
     )
     failed = {c.name for c in flipped.checks if not c.passed}
     assert "negation" in failed and "numbers" not in failed and flipped.conclusion is None
-    assert not flipped.abstained and flipped.answer.startswith(phrases("en")["read_the_rule"])
+    assert not flipped.abstained and flipped.answer.startswith("Deciding rule: [1]")
 
 
 def test_numbers_the_model_does_not_state_again_seem_silent(settings: Settings) -> None:
@@ -691,7 +696,7 @@ def test_numbers_the_model_does_not_state_again_seem_silent(settings: Settings) 
     # The model stating the same numbers again is asked no more: the rule is there to read.
     repeating = ScriptedGenerator(conclusions=[invented, others[0], invented, others[1]])
     answer = scripted_pipeline_with(settings, repeating).ask(*question)
-    assert not answer.abstained and answer.answer.startswith(phrases("en")["read_the_rule"])
+    assert not answer.abstained and answer.answer.startswith("Deciding rule: [1]")
     assert len(repeating.prompts) == 3 and "numbers_repeated" not in {c.name for c in answer.checks}
     # A withheld conclusion stating no number, a shown one, or reasks 0: not asked again.
     misread = ScriptedGenerator(conclusions=['{"conclusion": "There is no hand limit."}'])
@@ -1045,7 +1050,7 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
 def test_the_extractive_backend_answers_with_quotes_alone(pipeline: Pipeline) -> None:
     answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
     assert answer.conclusion is None and not answer.abstained and answer.quotes
-    assert answer.answer.startswith("Rule text:")
+    assert answer.answer.startswith("Deciding rule: [1]") and answer.quotes[0].deciding
     assert all(q.text in answer.answer for q in answer.quotes)
 
 
@@ -1067,7 +1072,9 @@ def test_a_yes_no_question_gets_the_rule_and_no_untrusted_yes_or_no(settings: Se
     answer = scripted_pipeline_with(settings, generator).ask(question, "MaxApoc")
     assert generator.prompts == []  # no conclusion asked for, so nothing selected for one
     assert answer.conclusion is None and answer.quotes and not answer.abstained
-    assert answer.answer.startswith(phrases("en")["read_the_rule_yes_no"])
+    # The deciding rule is the answer: the player reads its wording, first.
+    assert answer.answer.startswith("Deciding rule: [1]")
+    assert phrases("en")["read_the_rule_yes_no"] not in answer.answer
     assert ("yes_no", False) in [(c.name, c.passed) for c in answer.checks]
 
     generation = settings.generation.model_copy(update={"answer_yes_no": True})

@@ -30,7 +30,7 @@ SUROS_Q = "What HP does each player start with in Suros?"
 GAMES = {"suros", "deck52-final-bus", "maximum-apocalypse", "maximum-throwdown-overload"}
 ASK_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
-    "backend", "conclusion", "quotes", "checks",
+    "backend", "conclusion", "quotes", "checks", "confidence",
 }  # fmt: skip
 QUOTE_KEYS = {
     "n",
@@ -41,6 +41,7 @@ QUOTE_KEYS = {
     "text",
     "translation",
     "translation_withheld",
+    "deciding",
 }
 SELECT = '{"ids": [1]}'
 
@@ -318,10 +319,13 @@ def test_stream_quotes_first_then_the_draft_then_the_checked_answer(
     narrowed = events[first_token - 1][1]  # the last quotes event replaced the earlier ones
     answer = events[-2][1]
     check_contract(answer)
-    assert narrowed["quotes"] == answer["quotes"] and narrowed["text"] in answer["answer"]
+    assert narrowed["quotes"] == answer["quotes"]
+    # the deciding rule and its context, as the answer shows them around the conclusion
+    assert all(part in answer["answer"] for part in narrowed["text"].split("\n\n"))
     draft = "".join(data["text"] for name, data in events if name == "token")
     assert draft == answer["conclusion"] == "Each player starts with the max HP."
-    assert answer["answer"].startswith("Conclusion: Each player starts with the max HP. [1]")
+    assert answer["answer"].startswith("Deciding rule: [1]")
+    assert "\n\nConclusion: Each player starts with the max HP. [1]" in answer["answer"]
     checks = {c["name"]: c["passed"] for c in answer["checks"]}
     assert checks["numbers"] and checks["negation"] and checks["selection"]
     assert answer["backend"] == "scripted"
@@ -442,7 +446,8 @@ def test_chat_stream_sends_only_final_text(
     chunks = [data for _, data in sse(response)][:-1]
     text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks)
     assert text.startswith(chunks[-1]["rulekeeper"]["answer"] + "\n\nSources:")
-    assert text.startswith("Conclusion: Each player starts with the max HP. [1]")
+    assert text.startswith("Deciding rule: [1]")
+    assert "\n\nConclusion: Each player starts with the max HP. [1]" in text
     plain = scripted_client.post("/v1/chat/completions", json={**body, "stream": False}).json()
     assert plain["choices"][0]["message"]["content"] == text
 

@@ -118,10 +118,15 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     slow.pieces, slow.delay = 12, 0.25
     url = serve_api(slow_pipeline)
     open_demo(page, url)
-    ask(page, QUESTION)
+    # Not a how-many question: the draft, restating the deciding rule, then passes the checks.
+    ask(page, "What HP does each player start with?")
     # The rule text shows before the model has written a word; its markers open the passage.
     page.wait_for_selector(".rk-rule .rk-marker")
-    assert page.inner_text(".rk-rule").startswith("Rule text:")
+    assert page.inner_text(".rk-rule").startswith("Deciding rule:")
+    # The deciding sentence is set apart and highlighted, first thing the eye finds.
+    deciding = page.locator(".rk-rule mark.rk-deciding")
+    assert deciding.count() == 1 and deciding.is_visible()
+    assert deciding.inner_text().startswith("“") and deciding.inner_text().endswith("”")
     assert page.inner_text(".rk-answer") == "" and not page.locator(".rk-cite").count()
     page.locator(".rk-rule .rk-marker").first.click()
     page.wait_for_selector(".rk-passage-text")
@@ -140,8 +145,10 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     # The checked answer replaces both; the passage a reader opened stays open.
     page.wait_for_selector(".rk-cite")
     answer = page.inner_text(".rk-answer")
-    assert answer.startswith("Conclusion: ") and "Rule text:" in answer
-    assert len(answer.split("[1]")[0].split()) == 1 + len(slow.rule.split()) + slow.pieces
+    assert answer.startswith("Deciding rule:") and "\nConclusion: " in answer
+    assert page.locator(".rk-answer mark.rk-deciding").count() == 1
+    conclusion = answer.split("Conclusion: ", 1)[1].split("[1]")[0]
+    assert len(conclusion.split()) == len(slow.rule.split()) + slow.pieces
     assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
     assert page.inner_text(".rk-draft-text") == ""
     assert page.locator(".rk-passage").is_visible()
@@ -158,7 +165,7 @@ def test_a_withheld_draft_leaves_only_the_rule_text(
     page.wait_for_selector(".rk-cite")
     answer = page.inner_text(".rk-answer")
     assert "99" not in page.inner_text(".rk")
-    assert answer.startswith("Read the rule below") and "Rule text:" in answer
+    assert answer.startswith("Deciding rule:") and "Conclusion" not in answer
 
 
 def test_model_and_user_text_is_never_html(
@@ -206,7 +213,7 @@ def test_the_demo_works_with_keys_on(page: Any, serve_api: Any, pipeline: Pipeli
     open_demo(page, serve_api(pipeline, api_keys=["sk_server"]))  # lists the games: a GET
     ask(page, QUESTION)  # a POST, with its Origin
     page.wait_for_selector(".rk-cite")
-    assert page.inner_text(".rk-answer").startswith("Rule text:")
+    assert page.inner_text(".rk-answer").startswith("Deciding rule:")
 
 
 def test_the_game_that_answered_shows_with_the_citations(

@@ -35,7 +35,7 @@ Invoke = Callable[..., Result]
 
 CONTRACT_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
-    "backend", "conclusion", "quotes", "checks",
+    "backend", "conclusion", "quotes", "checks", "confidence",
 }  # fmt: skip
 
 
@@ -162,11 +162,11 @@ def test_terminal_shows_the_rule_text_then_the_draft_then_the_checked_answer(
     scripted.conclusions = ['{"conclusion": "You gain 99 AP."}'] * 2
     ui = _TerminalUi()
     answer = stream_answer(ui, scripted_pipeline.ask_stream("How much AP?", "suros"))
-    assert answer.conclusion is None and answer.answer.startswith("Read the rule below")
+    assert answer.conclusion is None and answer.answer.startswith("Deciding rule: [1]")
     screen = ui.buffer.getvalue()
-    assert screen.index("Rule text:") < screen.index("99 AP")  # quotes before the draft...
+    assert screen.index("Deciding rule:") < screen.index("99 AP")  # quotes before the draft...
     final_frame = screen.rsplit("\x1b[2K", 1)[-1]  # ...then redrawn with the final answer
-    assert "Read the rule below" in final_frame and "99" not in final_frame
+    assert "Deciding rule:" in final_frame and "99" not in final_frame
 
 
 def test_terminal_is_redrawn_only_when_the_answer_changes(
@@ -183,7 +183,7 @@ def test_terminal_is_redrawn_only_when_the_answer_changes(
 
     ui = _TerminalUi()
     stream_answer(ui, slowly())
-    frames = ui.buffer.getvalue().count("Rule text:")
+    frames = ui.buffer.getvalue().count("Deciding rule:")
     assert 2 <= frames <= len(events)  # the rule text, then once per event at most
 
 

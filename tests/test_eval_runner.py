@@ -238,6 +238,8 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
         "invented_number": False,
         "renderings_shown": 0,  # an English question on an English book
         "renderings_withheld": 0,
+        "deciding_holds_evidence": True,  # the sentence shown first holds the evidence
+        "conclusion_right": True,  # and the conclusion shown covers a key fact
     }
     zh = items["suros-ap-zh"]["metrics"]
     # The fake embedder quotes an unrelated sentence for the Chinese question, so its
@@ -359,6 +361,8 @@ def test_json_prints_exactly_the_report(settings: Settings, gold_file: Path) -> 
         "invented_numbers_shown",
         "renderings_shown",
         "renderings_withheld",
+        "deciding_holds_evidence",
+        "conclusion_right",
     }
     assert set(report["by_lang"]) == {"en", "zh"}
     assert set(report["latency"]) == {"p50_s", "p95_s"}

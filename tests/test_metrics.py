@@ -152,6 +152,9 @@ A = ItemScore(  # English, answerable, found at once, fully answered
     supported=2,
     answer_lang="en",
     latency_s=1.0,
+    concluded=True,
+    deciding_holds=True,
+    conclusion_right=True,
 )
 B = ItemScore(  # Chinese, answerable, found third, half answered, answered in English
     lang="zh",
@@ -165,6 +168,9 @@ B = ItemScore(  # Chinese, answerable, found third, half answered, answered in E
     supported=1,
     answer_lang="en",
     latency_s=3.0,
+    concluded=True,  # a conclusion shown over a deciding sentence without the evidence
+    deciding_holds=False,
+    conclusion_right=False,
 )
 C = ItemScore(  # English, unanswerable, correctly declined
     lang="en",
@@ -196,7 +202,9 @@ def test_summary_over_hand_made_items() -> None:
         "abstention_accuracy": 0.75,  # A, B, C right; D failed: 3/4
         "citation_precision": 0.75,  # (2 + 1) supported of (2 + 2) cited by answerable items
         "language_match": 0.5,  # A and C match; B answered in English, D not at all: 2/4
-        "conclusion_shown": 0.0,  # hand-made items show no conclusion
+        "conclusion_shown": 0.6667,  # A and B of the answerable A, B, D
+        "deciding_holds_evidence": 0.3333,  # A's; D, failed, shows nothing
+        "conclusion_right": 0.5,  # A's of the shown A and B
         "right_way_round": None,  # no probe items
         "probe_conclusion_shown": None,
         "invented_numbers_shown": 0,
@@ -221,7 +229,9 @@ def test_report_groups_by_language_game_and_type() -> None:
         "abstention_accuracy": 0.5,
         "citation_precision": 0.5,
         "language_match": 0.0,
-        "conclusion_shown": 0.0,  # hand-made items show no conclusion
+        "conclusion_shown": 0.5,  # B's
+        "deciding_holds_evidence": 0.0,
+        "conclusion_right": 0.0,
         "right_way_round": None,  # no probe items
         "probe_conclusion_shown": None,
         "invented_numbers_shown": 0,
@@ -242,6 +252,8 @@ def test_a_group_without_answerable_items_reports_null_retrieval() -> None:
         "citation_precision": None,
         "language_match": 1.0,
         "conclusion_shown": None,  # nothing answerable
+        "deciding_holds_evidence": None,
+        "conclusion_right": None,  # no conclusion shown
         "right_way_round": None,  # no probe items
         "probe_conclusion_shown": None,
         "invented_numbers_shown": 0,

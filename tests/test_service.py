@@ -115,7 +115,7 @@ def test_ask_starts_the_service_once_and_answers_as_in_process(env: dict[str, st
     warm = ok(rules(env, "ask", QUESTION, "--game", "MaxApoc"))
     assert STARTING not in warm.stderr and recorded(home).pid == state.pid
     here = ok(rules(env, "ask", QUESTION, "--game", "MaxApoc", "--no-daemon"))
-    assert "Rule text:" in warm.stdout and "Sources (maximum-apocalypse)" in warm.stdout
+    assert "Deciding rule:" in warm.stdout and "Sources (maximum-apocalypse)" in warm.stdout
     assert without_timings(warm.stdout) == without_timings(here.stdout)
     assert without_timings(first.stdout) == without_timings(here.stdout)
 
@@ -165,7 +165,7 @@ def test_a_killed_or_hung_service_is_replaced(env: dict[str, str]) -> None:
     assert read_state(home) == crashed  # a crash leaves its record behind
 
     after_crash = ok(rules(env, "ask", QUESTION, "--game", "suros"))
-    assert STARTING in after_crash.stderr and "Rule text:" in after_crash.stdout
+    assert STARTING in after_crash.stderr and "Deciding rule:" in after_crash.stdout
     hung = recorded(home)
     assert hung.pid != crashed.pid
 
@@ -183,7 +183,7 @@ def test_stale_or_broken_state_files_are_recovered(env: dict[str, str]) -> None:
     home = Path(env["RULEKEEPER_HOME"])
     path = state_path(home)
     path.write_text("{not json", encoding="utf-8")
-    assert "Rule text:" in ok(rules(env, "ask", QUESTION, "--game", "suros")).stdout
+    assert "Deciding rule:" in ok(rules(env, "ask", QUESTION, "--game", "suros")).stdout
     ok(rules(env, "service", "stop"))
     assert not path.exists()
 
@@ -233,7 +233,7 @@ def test_a_service_that_cannot_start_in_time_leaves_the_answer_to_this_process(
     slow = {**env, "RULEKEEPER_SERVICE__START_TIMEOUT_S": "0.05"}
     run = ok(rules(slow, "ask", QUESTION, "--game", "suros"))
     assert "did not start" in run.stderr and "answering here" in run.stderr
-    assert "Rule text:" in run.stdout and "Answered by scripted" in run.stdout
+    assert "Deciding rule:" in run.stdout and "Answered by scripted" in run.stdout
     assert read_state(Path(env["RULEKEEPER_HOME"])) is None
 
 

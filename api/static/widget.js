@@ -1,6 +1,7 @@
 /*
  * Rulekeeper widget: ask rules questions on any page; citations open the rulebook passage.
- * Quote first: the rule text shows as soon as it is found, the conclusion's draft streams
+ * Quote first: the rule text shows as soon as it is found, the sentence that decides the
+ * question first and highlighted; the conclusion's draft streams
  * in dimmed while it is being checked, and the final, checked answer replaces both.
  * No build step, no dependencies.
  *
@@ -40,6 +41,7 @@
     ".rk-answer,.rk-rule{white-space:pre-wrap}" +
     ".rk-draft{color:#666;font-style:italic;white-space:pre-wrap;margin-top:8px}" +
     ".rk-draft-label{font-size:.85em;font-style:normal;color:#888;margin-right:.4em}" +
+    ".rk-deciding{background:#fff3b0;color:inherit;font-weight:600;padding:0 2px}" +
     ".rk-marker{border:0;background:#e8ecff;border-radius:4px;padding:0 3px;cursor:pointer;font:inherit;color:#223}" +
     ".rk-citations{padding-left:1.2em}" +
     ".rk-cite{border:0;background:none;color:#2346c8;cursor:pointer;text-align:left;font:inherit;padding:0}" +
@@ -134,6 +136,14 @@
       else if (line.indexOf("data:") === 0) data.push(line.slice(5).replace(/^ /, ""));
     });
     return { event: event, data: data.length ? JSON.parse(data.join("\n")) : null };
+  }
+
+  /* The text of the quote marked as deciding, or "" when none is. */
+  function deciding(quotes) {
+    for (var i = 0; i < quotes.length; i++) {
+      if (quotes[i].deciding) return quotes[i].text;
+    }
+    return "";
   }
 
   /* A label with its one {placeholder} filled in. */
@@ -400,7 +410,7 @@
     if (quotes.length) this.showGame(quotes[0].game);
     var text = data && data.text ? data.text : this.ruleText(quotes);
     this.rule.textContent = "";
-    this.withMarkers(this.rule, text, this.quoted);
+    this.withDeciding(this.rule, text, this.quoted, deciding(quotes));
     this.rule.hidden = !text;
   };
 
@@ -414,6 +424,20 @@
         return q.translation_withheld ? line + "\n    (machine translation withheld)" : line;
       })
       .join("\n");
+  };
+
+  /* Put `text` in `node` as withMarkers does, the deciding sentence's quoted text (the
+   * first “…” holding it) set apart and highlighted, so that it is what the eye finds first. */
+  Widget.prototype.withDeciding = function (node, text, cited, sentence) {
+    var at = sentence ? text.indexOf("“" + sentence) : -1;
+    var end = at >= 0 ? text.indexOf("”", at + sentence.length) : -1;
+    if (end < 0) {
+      this.withMarkers(node, text, cited);
+      return;
+    }
+    this.withMarkers(node, text.slice(0, at), cited);
+    node.appendChild(el("mark", "rk-deciding", text.slice(at, end + 1)));
+    this.withMarkers(node, text.slice(end + 1), cited);
   };
 
   /* Put `text` in `node` as text nodes, each [n] marker a button opening entry n of `cited`. */
@@ -442,7 +466,7 @@
     this.clearProgress();
     this.showGame(data.game);
     this.answer.textContent = "";
-    this.withMarkers(this.answer, data.answer || "", this.citations);
+    this.withDeciding(this.answer, data.answer || "", this.citations, deciding(data.quotes || []));
     this.list.textContent = "";
     this.citations.forEach(function (c) {
       var item = el("li");

@@ -2,23 +2,27 @@
 
 passages -> candidates (their sentences, closest to the question first; none close
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
-answers best, or of two for some "when can't I" questions, verbatim, shown at once) ->
-situations (a question about something running out, over passages none of whose sentences
-speaks of running out: the rulebook seems silent, and no conclusion is written) ->
-selection (with `select` on, the LLM names the quoted sentences that answer, none meaning
-the rulebook is silent; off, the closest three) -> translation (of those, for a question
-in another language) -> conclusion (the LLM answers from those quotes alone; a "when can't
-I X?" question over a chosen rule allowing X under a condition gets that condition turned
-round instead, written by no model: rewording.unless_frame, and "with N players, how many
-…?" over a player-count table gets its row: tables.row_answer; one the model writes the allowed
-way round, "X only if C", is said as asked, rewording.turned_round) -> checks ->
-glosses (in a Chinese answer, the English game terms in brackets after the conclusion's
-and the renderings' words for them) -> assembly (every quote shown, the conclusion only
-when it passed; when it stated a number no quote holds and the closest sentence is far,
-or stated numbers the model does not state again when asked again, under a line saying the
-rulebook does not seem to say). A yes/no question gets no
-selection and no conclusion unless `answer_yes_no` trusts the model's yes or no. With the
-extractive backend no model runs: the quotes are the answer.
+answers best, or of two for some "when can't I" questions, verbatim) -> deciding (the
+quoted sentence likeliest to settle the question, by a model fitted on gold evidence:
+shown first, marked, with the confidence that decides whether a conclusion is written;
+the quotes are sent at once) -> situations (a question about something running out, over
+passages none of whose sentences speaks of running out: the rulebook seems silent, and no
+conclusion is written) -> selection (with `select` on, the LLM names the quoted sentences
+that answer, none meaning the rulebook is silent; off, the deciding sentence and the next
+two likeliest) -> translation (of those, for a question in another language) ->
+conclusion (only when the deciding sentence's confidence reaches `conclude_from`: the LLM
+answers from those quotes alone; a "when can't I X?" question over a chosen rule allowing X
+under a condition gets that condition turned round instead, written by no model:
+rewording.unless_frame, and "with N players, how many …?" over a player-count table gets
+its row: tables.row_answer; one the model writes the allowed way round, "X only if C", is
+said as asked, rewording.turned_round) -> checks -> glosses (in a Chinese answer, the
+English game terms in brackets after the conclusion's and the renderings' words for them)
+-> assembly (the deciding sentence first, the conclusion only when it passed, the rest of
+the rule text after; when the conclusion stated a number no quote holds and the closest
+sentence is far, or stated numbers the model does not state again when asked again, under
+a line saying the rulebook does not seem to say). A yes/no question gets no selection and
+no conclusion unless `answer_yes_no` trusts the model's yes or no. With the extractive
+backend no model runs: the quotes are the answer.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from rag.answering.checks import (
     when_not_check,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
+from rag.answering.deciding import DecidingModel, Judged, judge
 from rag.answering.glossing import Glosser
 from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.answering.rewording import (
@@ -61,8 +66,10 @@ from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
 
 # Most quoted sentences the conclusion rests on: fewer, the shorter its prompt.
 MOST_CHOSEN = 3
-CLOSEST_CHOSEN = Check(
-    "selection", True, f"the closest {MOST_CHOSEN} quoted sentences (generation.select is off)"
+DECIDING_CHOSEN = Check(
+    "selection",
+    True,
+    f"the {MOST_CHOSEN} quoted sentences likeliest to decide (generation.select is off)",
 )
 COPIED = Check("negation", True, "copied from the quote's cells: no negation of its own")
 UNTRUSTED_YES_NO = Check(
@@ -91,8 +98,10 @@ class Answerer:
         settings: GenerationSettings,
         renderings: RenderingStore | None = None,
         glosser: Glosser | None = None,
+        deciding: DecidingModel | None = None,
     ) -> None:
         self.candidates = candidates
+        self.deciding = deciding or DecidingModel.shipped()
         self.generator = generator
         self.translator = Translator(generator, renderings)
         self.settings = settings
@@ -112,31 +121,50 @@ class Answerer:
             )
             yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
             return
-        deciding = quoted_sentences(question.text, question.lang, ranked, self.settings.quotes)
-        quotes, quote_check = make_quotes(deciding)
+        judged = judge(question.in_context, ranked, self.deciding)
+        if not judged:
+            nothing = Check("quotes", False, "the passages found have no sentence to quote")
+            yield StreamEvent("answer", answer=self._silent(question, hits, [nothing]))
+            return
+        quoted = quoted_sentences(question.text, question.lang, ranked, self.settings.quotes)
+        # The deciding sentence is the likeliest of those quoted, the rest of its passage
+        # its context: one from another passage would cite a passage more, as often wrong.
+        best = next(j for j in judged if j.sentence in quoted) if quoted else judged[0]
+        shown = quoted or [best.sentence]
+        # Asked about a situation no rule found names, such as a deck running out: the
+        # rulebook seems silent on it, and the nearest rules are shown with no conclusion
+        # and none marked as deciding.
+        silent_on = unnamed_situation(question.text, question.lang, [s.text for s in ranked])
+        silence: Line | None = None if silent_on is None else "not_answered"
+        quotes, quote_check = make_quotes(shown, None if silent_on else best.sentence)
         if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
             return
         yield _quotes_event(quotes, question.lang)
-        # Asked about a situation no rule found names, such as a deck running out: the
-        # rulebook seems silent on it, and the nearest rules are shown with no conclusion.
-        silent_on = unnamed_situation(question.text, question.lang, [s.text for s in ranked])
-        silence: Line | None = None if silent_on is None else "not_answered"
+        # The conclusion rests on the deciding sentence and the next likeliest quoted ones.
+        likeliest = [j.sentence for j in judged[1:] if j.sentence in quoted]
+        deciding = [best.sentence, *likeliest[: MOST_CHOSEN - 1]]
         if not self.generator.writes:
             checks = [quote_check] if silent_on is None else [quote_check, silent_on]
             answer = self._answer(question, hits, quotes, checks, silence)
+            answer.confidence = best.confidence
             yield StreamEvent("answer", answer=answer)
             return
-        concluding = silent_on is None and (
-            self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
+        sure = best.confidence >= self.settings.conclude_from
+        concluding = (
+            silent_on is None
+            and sure
+            and (self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang))
         )
-        if not concluding:  # a situation no rule names, or a yes/no the model is not trusted
-            # with: nothing to select for, the closest quoted sentences are rendered
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), silent_on or UNTRUSTED_YES_NO
+        if not concluding:  # a situation no rule names, a yes/no the model is not trusted
+            # with, or a deciding sentence not sure enough: nothing to select for, the
+            # deciding sentences are rendered
+            reason = silent_on or (UNTRUSTED_YES_NO if sure else _unsure(best))
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), reason
         elif self.settings.select:
-            chosen, selection_check = self._select(question, deciding)
+            chosen, selection_check = self._select(question, quoted)
         else:
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), CLOSEST_CHOSEN
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), DECIDING_CHOSEN
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
@@ -204,6 +232,7 @@ class Answerer:
                     question, hits, quotes, basis, written, checks, ranked[0].score, asked=prompt
                 )
         answer.timings.generate_s = time.perf_counter() - started
+        answer.confidence = best.confidence
         yield StreamEvent("answer", answer=answer)
 
     def _select(
@@ -380,6 +409,16 @@ class Answerer:
         return not_covered_answer(
             question.text, question.game.slug, question.lang, hits, self.generator.name, checks
         )
+
+
+def _unsure(best: Judged) -> Check:
+    """The check saying the deciding sentence is not sure enough to write a conclusion."""
+    return Check(
+        "deciding",
+        False,
+        f"the deciding sentence's confidence {best.confidence:.2f} is under "
+        "generation.conclude_from: it is the answer, with no conclusion",
+    )
 
 
 def _unless_conclusion(

@@ -1,11 +1,12 @@
 """Assembly: the shown answer, from the checked conclusion and the quotes it rests on.
 
-The conclusion comes first, citing the quotes' passages; then the rule text, each quote
-verbatim with its section and page (and its translation, for a question in another
-language). A conclusion that failed a check is not shown: a plain "read the rule below"
-line stands in its place. When the rulebook is silent the answer says so in the asker's
-language and the nearest passages are listed instead (or, when it only seems silent, the
-nearest rule text stays shown under that line).
+The deciding sentence comes first, verbatim with its section and page (and its rendering,
+for a question in another language); then the conclusion, citing the quotes' passages, when
+one passed the checks; then the rest of the rule text as context. A conclusion that failed
+a check is not shown: the deciding sentence is the answer (with no sentence marked
+deciding, a plain "read the rule below" line stands in its place). When the rulebook is
+silent the answer says so in the asker's language and the nearest passages are listed
+instead (or, when it only seems silent, the nearest rule text stays shown under that line).
 """
 
 from __future__ import annotations
@@ -29,29 +30,59 @@ def _markers(quotes: Sequence[Quote]) -> str:
     return "".join(f"[{n}]" for n in sorted({q.n for q in quotes}))
 
 
+def _quote_lines(quote: Quote, lang: Lang) -> list[str]:
+    """A sentence in quotation marks, and its rendering (or why it has none)."""
+    words = phrases(lang)
+    # A table's rows keep their lines, under the quote's opening mark.
+    lines = ["    “" + quote.text.replace("\n", "\n     ") + "”"]
+    if quote.translation:
+        lines.append(f"      {words['translation']}: {quote.translation}")
+    elif quote.translation_withheld:  # the player learns why this one has none
+        lines.append(f"      {words['translation']}: {words['translation_withheld']}")
+    return lines
+
+
+def _source(quote: Quote, lang: Lang) -> str:
+    """A quote's marker, section and page, as it heads its passage's sentences."""
+    page = f" {phrases(lang)['page'].format(page=quote.page)}" if quote.page else ""
+    label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
+    return f"[{quote.n}] {label}"
+
+
+def deciding_text(quotes: Sequence[Quote], lang: Lang) -> str:
+    """The deciding sentence, with its marker, section and page, or "" when none is
+    marked."""
+    deciding = next((q for q in quotes if q.deciding), None)
+    if deciding is None:
+        return ""
+    heading = f"{phrases(lang)['heading_deciding']}: {_source(deciding, lang)}"
+    return "\n".join([heading, *_quote_lines(deciding, lang)])
+
+
 def rule_text(quotes: Sequence[Quote], lang: Lang) -> str:
-    """The quotes as shown: marker, section (and page) once per passage, then each sentence
-    in quotation marks on a line of its own (and its rendering, for a question in another
-    language, or a line saying the rendering made failed the checks).
+    """The quotes as shown: the deciding sentence first under a heading of its own, then
+    the others, marker, section (and page) once per passage, each sentence in quotation
+    marks on a line of its own (and its rendering, for a question in another language, or
+    a line saying the rendering made failed the checks).
 
     Section names and sentences stay in the rulebook's words, inside quotation marks, so an
     answer's own language is judged by what Rulekeeper wrote around them.
     """
-    words = phrases(lang)
-    lines = [f"{words['heading_rule_text']}:"]
+    return "\n\n".join(p for p in (deciding_text(quotes, lang), _context(quotes, lang)) if p)
+
+
+def _context(quotes: Sequence[Quote], lang: Lang) -> str:
+    """The quotes other than the deciding one, each passage's together under its source."""
+    rest = [q for q in quotes if not q.deciding]
+    if not rest:
+        return ""
+    lines = [f"{phrases(lang)['heading_rule_text']}:"]
     passage = None
-    for quote in quotes:  # in marker order, each passage's sentences together
+    for quote in rest:  # in marker order, each passage's sentences together
         if quote.n != passage:
             passage = quote.n
-            page = f" {words['page'].format(page=quote.page)}" if quote.page else ""
-            label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
-            lines.append(f"[{quote.n}] {label}:")
-        # A table's rows keep their lines, under the quote's opening mark.
-        lines.append("    “" + quote.text.replace("\n", "\n     ") + "”")
-        if quote.translation:
-            lines.append(f"      {words['translation']}: {quote.translation}")
-        elif quote.translation_withheld:  # the player learns why this one has none
-            lines.append(f"      {words['translation']}: {words['translation_withheld']}")
+            lines.append(f"{_source(quote, lang)}:")
+        lines += _quote_lines(quote, lang)
     return "\n".join(lines)
 
 
@@ -73,12 +104,16 @@ def quoted_answer(
     for) or `not_answered` (the rulebook does not seem to say: an abstention that still
     shows what it found)."""
     words = phrases(lang)
-    parts = []
-    if conclusion:
-        parts.append(f"{words['heading_conclusion']}: {conclusion} {_markers(quotes)}")
-    elif line:
-        parts.append(words[line])
-    parts.append(rule_text(quotes, lang))
+    head = deciding_text(quotes, lang)
+    # Shown first, the deciding sentence is the answer when no conclusion is: only a
+    # rulebook that seems silent still needs a line to say so.
+    opening = (
+        words[line] if line and not conclusion and (line == "not_answered" or not head) else ""
+    )
+    concluded = (
+        f"{words['heading_conclusion']}: {conclusion} {_markers(quotes)}" if conclusion else ""
+    )
+    parts = [p for p in (opening, head, concluded, _context(quotes, lang)) if p]
     return Answer(
         question=question,
         game=game,

@@ -111,19 +111,26 @@ def is_verbatim(text: str, hit: Hit) -> bool:
     return bool(text.strip()) and text in hit.chunk.text
 
 
-def make_quotes(sentences: Sequence[Sentence]) -> tuple[list[Quote], Check]:
-    """Quotes for the sentences (best first), numbered by passage; any not verbatim in its
-    passage is left out, and the check says so."""
+def make_quotes(
+    sentences: Sequence[Sentence], deciding: Sentence | None = None
+) -> tuple[list[Quote], Check]:
+    """Quotes for the sentences, numbered by passage; any not verbatim in its passage is
+    left out, and the check says so. The `deciding` sentence (one of them) comes first,
+    marked, and its passage is [1]; the others follow by passage, in reading order."""
+    ordered = list(sentences)
+    if deciding is not None and deciding in ordered:
+        ordered.remove(deciding)
+        ordered.insert(0, deciding)
     numbers: dict[str, int] = {}
     kept: list[tuple[Sentence, int]] = []
     altered = 0
-    for sentence in sentences:
+    for sentence in ordered:
         if not is_verbatim(sentence.text, sentence.hit):
             altered += 1
             continue
         n = numbers.setdefault(sentence.hit.chunk.id, len(numbers) + 1)
         kept.append((sentence, n))
-    kept.sort(key=lambda pair: (pair[1], pair[0].position))
+    kept.sort(key=lambda pair: (pair[0] is not deciding, pair[1], pair[0].position))
     quotes = [
         Quote(
             n=n,
@@ -132,6 +139,7 @@ def make_quotes(sentences: Sequence[Sentence]) -> tuple[list[Quote], Check]:
             section=s.hit.chunk.section_path,
             page=s.hit.chunk.page,
             text=s.text,
+            deciding=s is deciding,
         )
         for s, n in kept
     ]

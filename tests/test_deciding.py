@@ -1,0 +1,208 @@
+"""The deciding sentence: its signals, its model, and how answers show it."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FakeEmbedder, ScriptedGenerator, make_hits
+
+from rag.answering.answerer import Answerer, Question
+from rag.answering.assembly import quoted_answer, rule_text
+from rag.answering.candidates import CandidateSelector, Sentence
+from rag.answering.deciding import FEATURES, DecidingModel, judge, sentence_features
+from rag.answering.quotes import make_quotes
+from rag.metrics import holds_evidence
+from rag.prompting import phrases
+from rag.searching.sentences import SentenceVectors
+from rag.settings import GenerationSettings
+from rag.types import GameInfo, Hit
+
+GAME = GameInfo("g", "Game", (), "en", "", Path("book"))
+
+
+def model_weighing(**weights: float) -> DecidingModel:
+    """A model that weighs the named features alone (unstandardised)."""
+    return DecidingModel(
+        weights=tuple(weights.get(name, 0.0) for name in FEATURES),
+        bias=0.0,
+        mean=(0.0,) * len(FEATURES),
+        scale=(1.0,) * len(FEATURES),
+    )
+
+
+def ranked_for(question: str, hits: list[Hit]) -> list[Sentence]:
+    embedder = FakeEmbedder()
+    sentences, _ = SentenceVectors.embed([hit.chunk for hit in hits], embedder)
+    return CandidateSelector(embedder, lambda: sentences).rank(question, hits)
+
+
+HITS = make_hits(
+    "Draw. Draw two cards at the start of your turn. Your hand limit is ten cards.",
+    "Discard. At the end of your turn discard down to your hand limit.",
+)
+
+
+def test_each_sentence_gets_one_row_of_every_signal() -> None:
+    ranked = ranked_for("what is the hand limit for cards", HITS)
+    features = sentence_features("what is the hand limit for cards", ranked)
+    assert features.shape == (len(ranked), len(FEATURES))
+    column = {name: features[:, i] for i, name in enumerate(FEATURES)}
+    assert column["behind_closest"][0] == 0 and (column["behind_closest"] <= 0).all()
+    assert column["closeness_rank"][0] == 0 and np.all(np.diff(column["closeness_rank"]) > 0)
+    # one passage is the one the quotes are drawn from, and only its sentences are marked
+    marked = zip(ranked, column["in_quoted_passage"], strict=True)
+    quoted = {s.hit.chunk.id for s, q in marked if q}
+    assert len(quoted) == 1
+    assert column["keywords"].max() == 1.0  # relative to the best among the candidates
+    assert sentence_features("q", []).shape == (0, len(FEATURES))
+
+
+def test_the_model_not_closeness_alone_orders_the_sentences() -> None:
+    question = "what is the hand limit for cards"
+    ranked = ranked_for(question, HITS)
+    by_closeness = judge(question, ranked, model_weighing(closeness=5.0))
+    assert [j.sentence for j in by_closeness] == ranked
+    # a model that prefers long sentences far down the order picks another one first
+    by_length = judge(question, ranked, model_weighing(length=5.0, closeness_rank=1.0))
+    assert by_length[0].sentence != ranked[0]
+    confidences = [j.confidence for j in by_length]
+    assert confidences == sorted(confidences, reverse=True)
+    assert all(0.0 < c < 1.0 for c in confidences)
+
+
+def test_the_model_round_trips_through_its_data_file() -> None:
+    model = DecidingModel(
+        weights=tuple(float(i) for i in range(len(FEATURES))),
+        bias=-1.5,
+        mean=(0.25,) * len(FEATURES),
+        scale=(2.0,) * len(FEATURES),
+    )
+    assert DecidingModel.from_dict(tomllib.loads(model.to_toml())) == model
+    data = tomllib.loads(model.to_toml())
+    del data["features"]["keywords"]
+    with pytest.raises(ValueError, match="keywords"):
+        DecidingModel.from_dict(data)
+
+
+def test_the_shipped_model_is_complete_and_prefers_the_closer_sentence() -> None:
+    shipped = DecidingModel.shipped()
+    assert len(shipped.weights) == len(FEATURES)
+    question = "what is the hand limit for cards"
+    ranked = ranked_for(question, HITS)
+    features = sentence_features(question, ranked)
+    closer = features[0].copy()
+    further = closer.copy()
+    index = FEATURES.index("behind_closest")
+    further[index] -= 0.3  # the same sentence, far behind the closest
+    assert shipped.chances(np.vstack([closer, further]))[0] > shipped.chances(further[None])[0]
+
+
+def test_the_deciding_quote_comes_first_marked_and_its_passage_is_one() -> None:
+    ranked = ranked_for("discard down to your hand limit", HITS)
+    deciding = next(s for s in ranked if "discard down" in s.text)
+    others = [s for s in ranked if s is not deciding]
+    quotes, check = make_quotes([*others, deciding], deciding)
+    assert check.passed and quotes[0].deciding and quotes[0].text == deciding.text
+    assert quotes[0].n == 1 and not any(q.deciding for q in quotes[1:])
+    # the others keep passage order, and reading order within their passage
+    rest = [(q.n, q.chunk_id) for q in quotes[1:]]
+    assert rest == sorted(rest)
+    unmarked, _ = make_quotes(others)
+    assert not any(q.deciding for q in unmarked)
+
+
+def test_the_answer_shows_the_deciding_rule_then_the_conclusion_then_the_context() -> None:
+    ranked = ranked_for("how many cards do I draw", HITS)
+    deciding = next(s for s in ranked if "Draw two cards" in s.text)
+    quotes, _ = make_quotes(ranked, deciding)
+    for lang in ("en", "zh"):
+        words = phrases(lang)
+        answer = quoted_answer(
+            "q", "g", lang, quotes=quotes, conclusion="Two.", checks=[], hits=HITS,
+            backend="test",
+        )  # fmt: skip
+        text = answer.answer
+        assert text.startswith(f"{words['heading_deciding']}: [1]")
+        assert text.index("Draw two cards") < text.index("Two.") < text.index("hand limit")
+        assert text.index(words["heading_rule_text"]) > text.index("Two.")
+    # with no conclusion, the deciding rule is the answer: no line stands above it
+    plain = quoted_answer(
+        "q", "g", "en", quotes=quotes, conclusion=None, checks=[], hits=HITS,
+        backend="test", line="read_the_rule",
+    )  # fmt: skip
+    assert plain.answer.startswith("Deciding rule: [1]")
+    # a rulebook that seems silent says so first, and marks no sentence as deciding
+    silent, _ = make_quotes(ranked)
+    seeming = quoted_answer(
+        "q", "g", "en", quotes=silent, conclusion=None, checks=[], hits=HITS,
+        backend="test", line="not_answered",
+    )  # fmt: skip
+    assert seeming.answer.startswith(phrases("en")["not_answered"])
+    assert "Deciding rule" not in seeming.answer and seeming.abstained
+    assert rule_text(silent, "en").startswith("Rule text:")
+
+
+def answerer(generator: ScriptedGenerator, **settings: float) -> Answerer:
+    embedder = FakeEmbedder()
+    sentences, _ = SentenceVectors.embed([hit.chunk for hit in HITS], embedder)
+    return Answerer(
+        CandidateSelector(embedder, lambda: sentences),
+        generator,
+        GenerationSettings(min_sentence_score=0, min_score_unconcluded=0, **settings),
+        deciding=model_weighing(closeness=5.0),
+    )
+
+
+def test_a_conclusion_is_written_only_when_the_deciding_sentence_is_sure() -> None:
+    question = Question("what is the hand limit for cards", "en", GAME)
+    sure = ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}'])
+    events = list(answerer(sure, conclude_from=0.5).stream(question, HITS))
+    first, answer = events[0], events[-1].answer
+    assert first.kind == "quotes" and first.quotes[0].deciding  # marked from the first event
+    assert answer is not None and answer.conclusion and answer.confidence is not None
+    assert answer.confidence >= 0.5 and answer.quotes[0].deciding
+    assert answer.conclusion == answer.quotes[0].text  # it restates the deciding sentence
+
+    unsure = ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}'])
+    events = list(answerer(unsure, conclude_from=0.999).stream(question, HITS))
+    answer = events[-1].answer
+    assert answer is not None and answer.conclusion is None and not answer.abstained
+    assert unsure.prompts == []  # no model call below the threshold
+    assert answer.answer.startswith("Deciding rule: [1]")
+    assert ("deciding", False) in [(c.name, c.passed) for c in answer.checks]
+    assert answer.to_json()["confidence"] == round(answer.confidence or 0, 4)
+
+
+def test_the_deciding_sentence_is_the_likeliest_of_those_quoted() -> None:
+    question = Question("what is the hand limit for cards", "en", GAME)
+    generator = ScriptedGenerator()
+    ranked = ranked_for(question.text, HITS)
+    backwards = answerer(generator, conclude_from=1.0)
+    # a model that prefers the last of the candidates by closeness, among those quoted
+    backwards.deciding = replace(model_weighing(closeness_rank=5.0))
+    answer = list(backwards.stream(question, HITS))[-1].answer
+    assert answer is not None
+    quoted_texts = [q.text for q in answer.quotes]
+    expected = max((s for s in ranked if s.text in quoted_texts), key=lambda s: ranked.index(s))
+    assert answer.quotes[0].deciding and answer.quotes[0].text == expected.text
+
+
+@pytest.mark.parametrize(
+    ("sentence", "holds"),
+    [
+        ("Draw two cards at the start of your turn.", True),  # contains the evidence
+        ("Draw two cards", False),  # too short a piece to count
+        ("Draw two cards at the start", True),  # within the evidence
+        ("At the start of your turn. Then discard one.", True),  # shares half of it
+        ("Discard one card.", False),
+        ("", False),
+    ],
+)
+def test_a_sentence_holds_evidence_it_contains_lies_in_or_mostly_shares(
+    sentence: str, holds: bool
+) -> None:
+    assert holds_evidence(sentence, ["draw two cards at the start of your turn"]) is holds
