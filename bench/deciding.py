@@ -78,7 +78,7 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                     "shown_first_holds": bool(
                         shown_first and holds_evidence(shown_first, item.evidence)
                     ),
-                    "features": sentence_features(item.question, ranked).round(6).tolist(),
+                    "features": sentence_features(ranked).round(6).tolist(),
                     "labels": [holds_evidence(s.text, item.evidence) for s in ranked],
                     "quoted": [s in quoted for s in ranked],
                     "texts": [s.text for s in ranked],

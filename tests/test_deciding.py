@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -48,28 +47,21 @@ HITS = make_hits(
 
 def test_each_sentence_gets_one_row_of_every_signal() -> None:
     ranked = ranked_for("what is the hand limit for cards", HITS)
-    features = sentence_features("what is the hand limit for cards", ranked)
+    features = sentence_features(ranked)
     assert features.shape == (len(ranked), len(FEATURES))
-    column = {name: features[:, i] for i, name in enumerate(FEATURES)}
-    assert column["behind_closest"][0] == 0 and (column["behind_closest"] <= 0).all()
-    assert column["closeness_rank"][0] == 0 and np.all(np.diff(column["closeness_rank"]) > 0)
-    # one passage is the one the quotes are drawn from, and only its sentences are marked
-    marked = zip(ranked, column["in_quoted_passage"], strict=True)
-    quoted = {s.hit.chunk.id for s, q in marked if q}
-    assert len(quoted) == 1
-    assert column["keywords"].max() == 1.0  # relative to the best among the candidates
-    assert sentence_features("q", []).shape == (0, len(FEATURES))
+    closeness = features[:, FEATURES.index("closeness")]
+    assert list(closeness) == [s.score for s in ranked]
+    assert sentence_features([]).shape == (0, len(FEATURES))
 
 
-def test_the_model_not_closeness_alone_orders_the_sentences() -> None:
-    question = "what is the hand limit for cards"
-    ranked = ranked_for(question, HITS)
-    by_closeness = judge(question, ranked, model_weighing(closeness=5.0))
+def test_the_model_orders_the_sentences_by_its_chances() -> None:
+    ranked = ranked_for("what is the hand limit for cards", HITS)
+    by_closeness = judge(ranked, model_weighing(closeness=5.0))
     assert [j.sentence for j in by_closeness] == ranked
-    # a model that prefers long sentences far down the order picks another one first
-    by_length = judge(question, ranked, model_weighing(length=5.0, closeness_rank=1.0))
-    assert by_length[0].sentence != ranked[0]
-    confidences = [j.confidence for j in by_length]
+    # a model weighing the signal the other way puts the furthest sentence first
+    reversed_ = judge(ranked, model_weighing(closeness=-5.0))
+    assert [j.sentence for j in reversed_] == ranked[::-1]
+    confidences = [j.confidence for j in by_closeness]
     assert confidences == sorted(confidences, reverse=True)
     assert all(0.0 < c < 1.0 for c in confidences)
 
@@ -83,22 +75,16 @@ def test_the_model_round_trips_through_its_data_file() -> None:
     )
     assert DecidingModel.from_dict(tomllib.loads(model.to_toml())) == model
     data = tomllib.loads(model.to_toml())
-    del data["features"]["keywords"]
-    with pytest.raises(ValueError, match="keywords"):
+    del data["features"]["closeness"]
+    with pytest.raises(ValueError, match="closeness"):
         DecidingModel.from_dict(data)
 
 
 def test_the_shipped_model_is_complete_and_prefers_the_closer_sentence() -> None:
     shipped = DecidingModel.shipped()
     assert len(shipped.weights) == len(FEATURES)
-    question = "what is the hand limit for cards"
-    ranked = ranked_for(question, HITS)
-    features = sentence_features(question, ranked)
-    closer = features[0].copy()
-    further = closer.copy()
-    index = FEATURES.index("behind_closest")
-    further[index] -= 0.3  # the same sentence, far behind the closest
-    assert shipped.chances(np.vstack([closer, further]))[0] > shipped.chances(further[None])[0]
+    closer, further = np.array([[0.7]]), np.array([[0.4]])
+    assert shipped.chances(closer)[0] > shipped.chances(further)[0]
 
 
 def test_the_deciding_quote_comes_first_marked_and_its_passage_is_one() -> None:
@@ -182,8 +168,8 @@ def test_the_deciding_sentence_is_the_likeliest_of_those_quoted() -> None:
     generator = ScriptedGenerator()
     ranked = ranked_for(question.text, HITS)
     backwards = answerer(generator, conclude_from=1.0)
-    # a model that prefers the last of the candidates by closeness, among those quoted
-    backwards.deciding = replace(model_weighing(closeness_rank=5.0))
+    # a model that prefers the furthest of the candidates, among those quoted
+    backwards.deciding = model_weighing(closeness=-5.0)
     answer = list(backwards.stream(question, HITS))[-1].answer
     assert answer is not None
     quoted_texts = [q.text for q in answer.quotes]

@@ -121,7 +121,7 @@ class Answerer:
             )
             yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
             return
-        judged = judge(question.in_context, ranked, self.deciding)
+        judged = judge(ranked, self.deciding)
         if not judged:
             nothing = Check("quotes", False, "the passages found have no sentence to quote")
             yield StreamEvent("answer", answer=self._silent(question, hits, [nothing]))
