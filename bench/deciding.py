@@ -2,6 +2,7 @@
 
     python bench/deciding.py collect --gold FILE [--gold FILE ...] --out ROWS.jsonl
     python bench/deciding.py fit ROWS.jsonl [ROWS.jsonl ...] [--write] [--json]
+    python bench/deciding.py threshold EVAL_OUT [EVAL_OUT ...]
 
 `collect` retrieves every gold item's passages in the current Rulekeeper home (no LLM),
 ranks their sentences as answers do, and writes one line per item: its book, language,
@@ -17,6 +18,13 @@ chosen on the other books: abstain below one (at most 5% of their answerable que
 conclude above the other (its best sentence holds evidence for at least 90% of them).
 `--write` fits on every book and writes rag/answering/deciding.toml, and prints the two
 thresholds fitted on every book, for settings.
+
+`threshold` reads the items of `rules eval --out` runs made with every conclusion allowed
+(generation.conclude_from = 0) and chooses `conclude_from` for each book left out in turn,
+on the other books: the lowest confidence from which their shown conclusions are right
+(`conclusion_right`) at least 90% of the time. It prints, per book held out, how many
+conclusions that shows and how many of them are right, and the threshold chosen on every
+book.
 """
 
 from __future__ import annotations
@@ -261,6 +269,68 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- the conclusion threshold ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """An item of an eval run: its book, confidence, and whether a conclusion was shown
+    and was right."""
+
+    book: str
+    confidence: float
+    shown: bool
+    right: bool
+
+
+def load_concluded(out_dirs: Sequence[Path]) -> list[Concluded]:
+    items = []
+    for out in out_dirs:
+        for line in (out / "items.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            metrics = row["metrics"]
+            items.append(
+                Concluded(
+                    book=metrics["game"],
+                    confidence=(row.get("ask") or {}).get("confidence") or 0.0,
+                    shown=bool(metrics["conclusion_shown"]),
+                    right=bool(metrics.get("conclusion_right")),
+                )
+            )
+    return items
+
+
+def conclusion_threshold(items: Sequence[Concluded]) -> float:
+    """The lowest confidence from which at least 90% of shown conclusions are right (at
+    least five shown); 1.0 (never) when none is."""
+    shown = sorted((i for i in items if i.shown), key=lambda i: -i.confidence)
+    best, right = 1.0, 0
+    for count, item in enumerate(shown, start=1):
+        right += item.right
+        if count >= 5 and right / count >= LEAST_CONCLUDED_RIGHT:
+            best = item.confidence
+    return best
+
+
+def held_out_threshold(items: Sequence[Concluded]) -> str:
+    lines = [f"{'book (held out)':<32}{'items':>7}{'shown':>7}{'right':>7}"
+             f"{'kept':>7}{'kept ok':>9}{'t':>8}"]  # fmt: skip
+    totals = [0, 0, 0, 0, 0]
+    for book in sorted({i.book for i in items}):
+        threshold = conclusion_threshold([i for i in items if i.book != book])
+        own = [i for i in items if i.book == book]
+        kept = [i for i in own if i.shown and i.confidence >= threshold]
+        counts = [len(own), sum(i.shown for i in own), sum(i.right for i in own),
+                  len(kept), sum(i.right for i in kept)]  # fmt: skip
+        totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        lines.append(f"{book:<32}" + "".join(f"{c:>7}" for c in counts[:4])
+                     + f"{counts[4]:>9}{threshold:>8.3f}")  # fmt: skip
+    lines.append(f"{'held-out, all books':<32}" + "".join(f"{c:>7}" for c in totals[:4])
+                 + f"{totals[4]:>9}")  # fmt: skip
+    lines.append(f"fitted on every book: conclude from {conclusion_threshold(items):.3f}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -271,7 +341,12 @@ def main() -> int:
     fitting.add_argument("rows", type=Path, nargs="+")
     fitting.add_argument("--write", action="store_true", help=f"write {WEIGHTS_FILE}")
     fitting.add_argument("--json", action="store_true")
+    thresholding = commands.add_parser("threshold", help="conclude_from, leave-one-book-out")
+    thresholding.add_argument("out_dirs", type=Path, nargs="+")
     args = parser.parse_args()
+    if args.command == "threshold":
+        print(held_out_threshold(load_concluded(args.out_dirs)))
+        return 0
     if args.command == "collect":
         print(f"{collect(args.gold, args.out)} items written to {args.out}")
         return 0

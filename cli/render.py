@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Generator, Iterator, Sequence
 
 from rich.console import Group
@@ -11,15 +12,25 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from cli.ui import Ui
-from rag.prompting import shorten
-from rag.types import Answer, GameSummary, StreamEvent, final_answer
+from rag.prompting import phrases, shorten
+from rag.types import LANGS, Answer, GameSummary, StreamEvent, final_answer
 
 SNIPPET_CHARS = 240
 NEAREST_SHOWN = 3  # an abstention lists this many of the nearest passages
 
 
+# The deciding rule's block, heading to blank line, in either language: what the eye finds
+# first.
+_DECIDING = re.compile(
+    rf"^(?:{'|'.join(re.escape(phrases(lang)['heading_deciding']) for lang in LANGS)}):"
+    r".*?(?=\n\n|\Z)",
+    re.M | re.S,
+)
+
+
 def _answer_text(text: str) -> Text:
     styled = Text(text)
+    styled.highlight_regex(_DECIDING, "bold yellow")
     styled.highlight_regex(r"\[\d+\]", "bold cyan")
     return styled
 

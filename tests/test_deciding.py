@@ -192,3 +192,14 @@ def test_a_sentence_holds_evidence_it_contains_lies_in_or_mostly_shares(
     sentence: str, holds: bool
 ) -> None:
     assert holds_evidence(sentence, ["draw two cards at the start of your turn"]) is holds
+
+
+def test_the_terminal_sets_the_deciding_rule_apart() -> None:
+    from cli.render import _answer_text
+
+    for lang in ("en", "zh"):
+        heading = phrases(lang)["heading_deciding"]
+        text = f"{heading}: [1] Draw\n    “Draw two cards.”\n\nRule text:\n[1] Draw:\n    “x”"
+        styled = _answer_text(text)
+        block = [s for s in styled.spans if str(s.style) == "bold yellow"]
+        assert [(s.start, s.end) for s in block] == [(0, text.index("\n\n"))]
