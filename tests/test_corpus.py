@@ -88,3 +88,22 @@ def test_slugify() -> None:
     assert slugify("DECK 52: Final Bus") == "deck-52-final-bus"
     with pytest.raises(CorpusError):
         slugify("末日")
+
+
+def test_a_two_character_chinese_alias_is_found_in_a_question_but_two_letters_are_not(
+    tmp_path: Path,
+) -> None:
+    for slug, aliases in (("sanguosha", '["国战", "SG"]'), ("other", '["Other Game"]')):
+        (tmp_path / slug).mkdir()
+        (tmp_path / slug / "manifest.toml").write_text(
+            f'title = "{slug.title()}"\nslug = "{slug}"\nlanguage = "zh"\nfile = "r.txt"\n'
+            f"aliases = {aliases}\n",
+            encoding="utf-8",
+        )
+        (tmp_path / slug / "r.txt").write_text("规则。\n", encoding="utf-8")
+    corpus = Corpus.load((tmp_path, False))
+    found = corpus.detect("国战里杀死同势力角色有什么惩罚？")
+    assert found is not None and found.slug == "sanguosha"
+    assert corpus.detect("does this SG rule apply?") is None  # letters fire inside words
+    game = corpus.get("sanguosha")
+    assert Corpus.without_names("国战里杀死同势力角色有什么惩罚？", game).startswith("里杀死")

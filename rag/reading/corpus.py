@@ -123,7 +123,7 @@ class Corpus:
     def without_names(question: str, game: GameInfo) -> str:
         """The question with the game's names taken out: inside its own rulebook a name says
         nothing, yet it pulls the search towards passages that happen to mention it."""
-        names = sorted((n for n in game.names() if len(n) >= 3), key=len, reverse=True)
+        names = sorted((n for n in game.names() if _distinctive(n)), key=len, reverse=True)
         pattern = "|".join(re.escape(n) for n in names)
         stripped = " ".join(re.sub(pattern, " ", question, flags=re.IGNORECASE).split())
         return stripped if re.search(r"\w\w", stripped) else question
@@ -138,11 +138,21 @@ class Corpus:
         for game in self.games:
             for name in game.names():
                 norm = _normalise(name)
-                # Very short aliases ("MA") would fire inside ordinary words.
-                if len(norm) >= 3 and norm in text:
+                if _distinctive(norm) and norm in text:
                     found[game.slug] = max(found.get(game.slug, 0), len(norm))
         if not found:
             return None
         best = max(found.values())
         winners = [slug for slug, length in found.items() if length == best]
         return self.get(winners[0]) if len(winners) == 1 else None
+
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def _distinctive(name: str) -> bool:
+    """Whether a game's name is long enough to be looked for inside a question: two Latin
+    letters ("MA") fire inside ordinary words, while two Chinese characters (国战) name a
+    game as surely as three letters do."""
+    name = name.strip()
+    return len(name) >= 3 or (len(name) == 2 and all(_HAN.match(c) for c in name))
