@@ -4,16 +4,22 @@ Precedence (highest first): explicit overrides > RULEKEEPER_* environment variab
 the config file ($RULEKEEPER_CONFIG, else $RULEKEEPER_HOME/config.toml) > defaults.
 Nested groups use a double underscore in the environment, e.g.
 RULEKEEPER_GENERATION__BACKEND=extractive or RULEKEEPER_RETRIEVAL__K=8.
+
+Unknown keys are errors, not silently ignored: a misspelt setting would otherwise leave the
+default in force with nothing to say so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, Field, IPvAnyNetwork, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,6 +33,20 @@ from rag.types import Precision
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_CORPUS = PROJECT_ROOT / "corpus"
 
+ENV_PREFIX = "RULEKEEPER_"
+# RULEKEEPER_* variables the project reads that are not settings, so never "unknown settings".
+NON_SETTING_VARIABLES = frozenset(
+    {
+        "RULEKEEPER_CONFIG",  # which config file to read (config_path)
+        "RULEKEEPER_OPENAI_API_KEY",  # the openai backends' key: a secret, kept out of settings
+        "RULEKEEPER_LLAMA_CMAKE_ARGS",  # scripts/setup.sh: how llama.cpp is built
+        "RULEKEEPER_WHEEL_CACHE",  # scripts/setup.sh: where built wheels are kept
+        "RULEKEEPER_REAL_RULEBOOKS",  # tests/test_pdf.py: the real rulebooks' folder
+    }
+)
+# Groups and their models reject keys they do not know: see the module docstring.
+_FORBID = ConfigDict(extra="forbid")
+
 
 def default_home() -> Path:
     return Path(os.environ.get("RULEKEEPER_HOME", Path.home() / ".rulekeeper")).expanduser()
@@ -38,6 +58,8 @@ def config_path() -> Path:
 
 
 class EmbeddingSettings(BaseModel):
+    model_config = _FORBID
+
     backend: Literal["local", "openai"] = Field(
         "local",
         description="local: the model runs here. openai: an OpenAI-compatible /embeddings "
@@ -62,12 +84,14 @@ class EmbeddingSettings(BaseModel):
     batch_size: int = Field(16, ge=1, description="Passages embedded per batch.")
     precision: Precision = Field(
         "bfloat16",
-        description="Embedder weights: bfloat16 is ~1.7x faster than float32 on this CPU with "
-        "the same vectors (cosine 0.9999); int8 is faster still but loses some recall.",
+        description="Embedder weights: bfloat16 is faster than float32 with practically the "
+        "same vectors; int8 is faster still but loses some recall.",
     )
 
 
 class RetrievalSettings(BaseModel):
+    model_config = _FORBID
+
     mode: Literal["hybrid", "dense", "bm25"] = Field("hybrid", description="Search mode.")
     k: int = Field(5, ge=1, le=50, description="Passages returned per question.")
     candidates: int = Field(30, ge=1, description="Hits taken from each search before fusion.")
@@ -93,6 +117,8 @@ class RetrievalSettings(BaseModel):
 
 
 class GenerationSettings(BaseModel):
+    model_config = _FORBID
+
     backend: Literal["auto", "llama", "extractive", "openai"] = Field(
         "auto",
         description="auto: the LLM when its model file is present, else extractive. openai: "
@@ -119,9 +145,13 @@ class GenerationSettings(BaseModel):
     )
     n_ctx: int = Field(4096, ge=512, description="LLM context size in tokens.")
     threads: int = Field(2, ge=1, description="CPU threads for the LLM.")
-    # Greedy decoding (0) degenerated into runs of markers on more gold questions than 0.1
-    # did (eval/RESULTS.md); the fixed seed below keeps 0.1 repeatable.
-    temperature: float = Field(0.1, ge=0.0, le=2.0)
+    temperature: float = Field(
+        0.1,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature: a little above 0, because greedy decoding is more "
+        "prone to falling into repeated runs; the fixed seed keeps answers repeatable.",
+    )
     seed: int | None = Field(
         0,
         description="Sampling seed, set before every answer, so a question gets the same "
@@ -141,30 +171,28 @@ class GenerationSettings(BaseModel):
         description="Most sentences quoted, the closest to the question of the one passage "
         "that answers best (of two for a 'when can't I' question that two ways of choosing "
         "disagree on); the conclusion rests on the closest 3 of them (with `select`, on "
-        "those the LLM chooses among all quoted). Most passages have fewer, so they are "
-        "quoted whole: 12 carried more key facts than 7 on every gold set, the real "
-        "rulebooks' too, never fewer, and more quoted nothing more that mattered "
-        "(bench/quotes.py, eval/RESULTS.md session 20).",
+        "those the LLM chooses among all quoted). Most passages have fewer and are quoted "
+        "whole; the limit is high enough to keep a long passage's key facts and low enough "
+        "to keep the prompt short.",
     )
     select: bool = Field(
         False,
-        description="Let the LLM choose which quoted sentences the conclusion rests on: one "
-        "more model call, about 4 s on a 2-core CPU. Off: the closest 3; the default 1.5B "
-        "model's choice was no better than that order on the gold set (eval/RESULTS.md). "
-        "Turn it on for a model that chooses better.",
+        description="Let the LLM choose which quoted sentences the conclusion rests on, at "
+        "the cost of one more model call. Off: the closest 3; turn it on for a model that "
+        "chooses better than that order.",
     )
     answer_yes_no: bool = Field(
         False,
         description="Let the LLM open the answer to a yes/no question with yes or no. Off: "
-        "such a question gets the quoted rule and no conclusion, because the default 1.5B "
-        "model's yes or no was right on 40 of 74 probe questions (bench/yes_no.py, "
-        "eval/RESULTS.md); turn it on for a model that bench/yes_no.py shows is right.",
+        "such a question gets the quoted rule and no conclusion, because a small model's "
+        "yes or no is too often wrong; turn it on for a model that bench/yes_no.py shows "
+        "is right.",
     )
     min_sentence_score: float = Field(
         0.39,
         description="Below this cosine similarity between the question and its closest "
-        "sentence the rulebook is taken as silent (set for the default embedder on the gold "
-        "set: eval/RESULTS.md); 0: never.",
+        "sentence the rulebook is taken as silent, rather than answering from an unrelated "
+        "rule (suited to the default embedder; another may need another value); 0: never.",
     )
     conclude_from: float = Field(
         0.0,
@@ -177,16 +205,15 @@ class GenerationSettings(BaseModel):
         0.49,
         description="A question whose conclusion stated a number its quotes do not hold, "
         "and whose closest sentence scores under this, is answered that the rulebook does "
-        "not seem to say it (the nearest rule text still shown): measured on the gold set "
-        "and held out on the real rulebooks (eval/RESULTS.md); 0: never.",
+        "not seem to say it (the nearest rule text still shown): such a number was most "
+        "likely made up (suited to the default embedder); 0: never.",
     )
     reasks: int = Field(
         3,
         ge=0,
         description="A withheld conclusion that states numbers is asked for up to this many "
         "times more (at reask_temperature); if none of those states the same numbers, the "
-        "model made them up and the rulebook does not seem to say it (measured on the gold "
-        "sets: eval/RESULTS.md); 0: never.",
+        "model made them up and the rulebook does not seem to say it; 0: never.",
     )
     reask_temperature: float = Field(
         0.8, ge=0, description="Sampling temperature of the conclusions asked for again."
@@ -196,12 +223,14 @@ class GenerationSettings(BaseModel):
         description="A phrase of a Chinese conclusion or rendering and an English game term "
         "of its quotes (a heading or glossary entry) this alike by the embedder, each the "
         "other's closest, are taken as the same term: the English follows the phrase in "
-        "brackets the first time, 潜行判定（Stealth test）. Measured by reading the pairs on "
-        "the gold sets (eval/RESULTS.md); 1: never.",
+        "brackets the first time, 潜行判定（Stealth test）, so a reader can match it to "
+        "the quoted English; 1: never.",
     )
 
 
 class PublishableKey(BaseModel):
+    model_config = _FORBID
+
     key: str = Field(min_length=1, description="The key a page shows (widget `data-api-key`).")
     origins: list[str] = Field(
         min_length=1, description="The pages' origins allowed to use it, e.g. https://shop.example."
@@ -209,6 +238,8 @@ class PublishableKey(BaseModel):
 
 
 class ApiSettings(BaseModel):
+    model_config = _FORBID
+
     cors_origins: list[str] = Field(
         default_factory=list,
         description="Allowed browser origins (publishable keys' origins are added).",
@@ -242,8 +273,12 @@ class ApiSettings(BaseModel):
     client_ip_header: str = Field(
         "X-Forwarded-For", description="The trusted proxies' header naming the visitor."
     )
-    max_question_chars: int = Field(1000, ge=10)
-    max_body_bytes: int = Field(64_000, ge=1024)
+    max_question_chars: int = Field(
+        1000, ge=10, description="Longest question the API accepts, in characters (422)."
+    )
+    max_body_bytes: int = Field(
+        64_000, ge=1024, description="Largest request body the API reads, in bytes (413)."
+    )
     queue_size: int = Field(8, ge=0, description="Waiting model calls per worker before 503.")
     queue_timeout_s: float = Field(
         30.0,
@@ -291,6 +326,8 @@ class ApiSettings(BaseModel):
 
 
 class ServiceSettings(BaseModel):
+    model_config = _FORBID
+
     enabled: bool = Field(
         True,
         description="`rules ask` answers through a warm local service (started in the "
@@ -313,7 +350,7 @@ class ServiceSettings(BaseModel):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="RULEKEEPER_", env_nested_delimiter="__", extra="ignore"
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid"
     )
 
     home: Path = Field(default_factory=default_home, description="Index, models, user books.")
@@ -364,25 +401,135 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build settings; a bad config file or value is a RulekeeperError naming where to fix it."""
+    """Build settings; a bad config file, key or value is a RulekeeperError naming where to fix
+    it, in one line."""
     path = config_path()
     if path.exists():
         try:
-            tomllib.loads(path.read_text(encoding="utf-8"))
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise RulekeeperError(f"Config file {path} is not valid TOML: {exc}") from exc
+        found = _unknown_key(table, Settings, ())
+        if found:
+            raise RulekeeperError(_unknown_message(str(path), *found, as_variable=False))
+    _check_environment(os.environ)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         raise RulekeeperError(_describe(exc, path)) from exc
 
 
+Key = tuple[str, ...]  # a setting's path: ("generation", "temperature")
+
+
+def _unknown_key(value: Any, annotation: Any, key: Key) -> tuple[Key, list[str]] | None:
+    """The first key within `value` (a config table, or a variable's JSON) that settings of
+    type `annotation` do not have, with the keys valid in its place."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not isinstance(value, Mapping):
+            return None  # a wrong type is validation's to report
+        fields = annotation.model_fields
+        for name, item in value.items():
+            if name not in fields:
+                return (*key, str(name)), list(fields)
+            found = _unknown_key(item, fields[name].annotation, (*key, name))
+            if found:
+                return found
+    elif get_origin(annotation) is list and isinstance(value, list) and key:
+        (item_type,) = get_args(annotation)
+        for i, item in enumerate(value):
+            found = _unknown_key(item, item_type, (*key[:-1], f"{key[-1]}[{i}]"))
+            if found:
+                return found
+    return None
+
+
+def _check_environment(environ: Mapping[str, str]) -> None:
+    """Reject a RULEKEEPER_* variable that names no setting. pydantic-settings ignores an
+    unknown top-level one, and rejects an unknown nested one without naming the variable."""
+    for variable, value in environ.items():
+        name = variable.upper()  # pydantic-settings matches variables case-insensitively
+        if not name.startswith(ENV_PREFIX) or name in NON_SETTING_VARIABLES:
+            continue
+        key = tuple(name.removeprefix(ENV_PREFIX).lower().split("__"))
+        found = _unknown_variable(key, value)
+        if found:
+            bad, valid = found
+            # Suggest a variable for a misspelt variable, a dotted key inside its JSON.
+            as_variable = len(bad) == len(key)
+            raise RulekeeperError(_unknown_message(variable, bad, valid, as_variable=as_variable))
+
+
+def _unknown_variable(key: Key, value: str) -> tuple[Key, list[str]] | None:
+    model: type[BaseModel] = Settings
+    for depth, part in enumerate(key):
+        fields = model.model_fields
+        if part not in fields:
+            if depth < len(key) - 1:  # a misspelt group: no siblings to pick from
+                return key, []
+            valid = list(fields)
+            if depth == 0:  # a misspelt RULEKEEPER_CONFIG, say
+                valid += [v.removeprefix(ENV_PREFIX).lower() for v in sorted(NON_SETTING_VARIABLES)]
+            return key, valid
+        annotation = fields[part].annotation
+        if depth == len(key) - 1:
+            # The variable sets the field whole; a group or a list of them is JSON.
+            try:
+                return _unknown_key(json.loads(value), annotation, key)
+            except ValueError:
+                return None  # not JSON: validation reports it if it had to be
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return key, []  # a single value has no keys inside it
+        model = annotation
+    return None
+
+
+def _variable(key: Iterable[str]) -> str:
+    return ENV_PREFIX + "__".join(key).upper()
+
+
+def _unknown_message(where: str, key: Key, valid: list[str], *, as_variable: bool) -> str:
+    """`where: unknown setting a.b (did you mean a.c?)`, the nearest valid key spelt as the
+    user would write it (a dotted key, or a variable's name)."""
+    spell: Callable[[Iterable[str]], str] = _variable if as_variable else ".".join
+    by_case = {name.lower(): name for name in valid}  # `K` is no closer to `k` than `x` is
+    near = get_close_matches(key[-1].lower(), list(by_case), n=1)
+    meant: Key | None = (*key[:-1], by_case[near[0]]) if near else None
+    if meant is None:  # perhaps in the wrong group, or the group itself misspelt
+        # Not its own group's keys again: their shared prefix alone would pass for close.
+        parent = ".".join(key[:-1]) + "."
+        others = [k for k in _all_keys() if not (len(key) > 1 and k.startswith(parent))]
+        anywhere = get_close_matches(".".join(key).lower(), others, n=1)
+        meant = tuple(anywhere[0].split(".")) if anywhere else None
+    if meant is not None:
+        hint = f"did you mean {spell(meant)}?"
+    elif valid:
+        hint = "known here: " + ", ".join(name.upper() if as_variable else name for name in valid)
+    else:
+        hint = "no such setting"
+    return f"{where}: unknown setting {'.'.join(key)} ({hint})"
+
+
+def _all_keys() -> list[str]:
+    """Every setting's dotted key: top-level ones and each group's."""
+    keys = []
+    for name, field in Settings.model_fields.items():
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            keys += [f"{name}.{inner}" for inner in group.model_fields]
+        else:
+            keys.append(name)
+    return keys
+
+
 def _describe(exc: ValidationError, path: Path) -> str:
     """One line naming the bad setting and both places it can come from."""
     first = exc.errors()[0]
     dotted = ".".join(str(part) for part in first["loc"])
-    env = "RULEKEEPER_" + "__".join(str(part) for part in first["loc"]).upper()
+    env = _variable(str(part) for part in first["loc"])
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if first["type"] == "extra_forbidden":  # from overrides: the file and variables are checked
+        return f"Unknown setting {dotted}{more}. Fix {env} or {path}."
     return (
         f"Invalid setting {dotted} = {first.get('input')!r}: {first['msg']}{more}. "
         f"Fix {env} or {path}; `rules config` shows the settings."

@@ -1,9 +1,16 @@
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner, Result
 
+from cli.errors import ExitCode
+from cli.main import app
+from cli.state import CliState
 from rag.errors import RulekeeperError
-from rag.settings import Settings, load_settings
+from rag.settings import ENV_PREFIX, NON_SETTING_VARIABLES, Settings, load_settings
 
 
 def test_defaults_put_state_under_home(home: Path) -> None:
@@ -50,3 +57,147 @@ def test_invalid_value_is_rejected(home: Path, monkeypatch: pytest.MonkeyPatch) 
     wanted = r"Invalid setting retrieval\.mode = 'psychic'.*RULEKEEPER_RETRIEVAL__MODE"
     with pytest.raises(RulekeeperError, match=wanted):
         load_settings()
+
+
+# --- unknown keys: a typo fails in one line naming where it is and what was meant -----------
+
+
+def _config(home: Path, text: str) -> Path:
+    home.mkdir(exist_ok=True)
+    path = home / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _rules_config() -> Result:
+    # No pipeline injected: the settings come from RULEKEEPER_HOME as a user's would.
+    return CliRunner().invoke(app, ["config"], obj=CliState())
+
+
+def _assert_one_line_error(result: Result, message: str) -> None:
+    assert result.exit_code == ExitCode.USER_ERROR, result.output
+    assert isinstance(result.exception, SystemExit)  # not a traceback
+    assert result.stderr.strip().splitlines() == [f"Error: {message}"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[generation]\ntemprature = 0.2\n", "generation.temprature (did you mean "
+         "generation.temperature?)"),
+        ("temperature = 0.2\n", "temperature (did you mean generation.temperature?)"),
+        ("[retrieval]\nK = 9\n", "retrieval.K (did you mean retrieval.k?)"),
+        ('[[api.publishable_keys]]\nkey = "pk_1"\norigin = ["https://shop.example"]\n',
+         "api.publishable_keys[0].origin (did you mean api.publishable_keys[0].origins?)"),
+    ],
+)  # fmt: skip
+def test_an_unknown_key_in_the_config_file_names_the_file_and_the_nearest_key(
+    home: Path, text: str, problem: str
+) -> None:
+    path = _config(home, text)
+    message = f"{path}: unknown setting {problem}"
+    with pytest.raises(RulekeeperError) as raised:
+        load_settings()
+    assert str(raised.value) == message
+    _assert_one_line_error(_rules_config(), message)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("RULEKEEPER_GENERATION__TEMPRATURE", "0.2",
+         "generation.temprature (did you mean RULEKEEPER_GENERATION__TEMPERATURE?)"),
+        ("RULEKEEPER_RETRIEVL__K", "8", "retrievl.k (did you mean RULEKEEPER_RETRIEVAL__K?)"),
+        # pydantic-settings itself ignores an unknown top-level variable.
+        ("RULEKEEPER_HOMEDIR", "/tmp/x", "homedir (did you mean RULEKEEPER_HOME?)"),
+        ("RULEKEEPER_CONFG", "/tmp/x.toml", "confg (did you mean RULEKEEPER_CONFIG?)"),
+        ("RULEKEEPER_GENERATION", '{"temprature": 0.2}',
+         "generation.temprature (did you mean generation.temperature?)"),
+    ],
+)  # fmt: skip
+def test_an_unknown_variable_names_itself_and_the_nearest_key(
+    home: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, problem: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    message = f"{variable}: unknown setting {problem}"
+    with pytest.raises(RulekeeperError) as raised:
+        load_settings()
+    assert str(raised.value) == message
+    _assert_one_line_error(_rules_config(), message)
+
+
+_ROOT = Path(__file__).resolve().parent.parent
+# Names in prose, not variables anyone sets.
+_PLACEHOLDERS = {"RULEKEEPER_GROUP__KEY"}
+
+
+def _is_setting(variable: str) -> bool:
+    model: type[BaseModel] = Settings
+    *groups, leaf = variable.removeprefix(ENV_PREFIX).lower().split("__")
+    for group in groups:
+        annotation = model.model_fields[group].annotation if group in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return False
+        model = annotation
+    return leaf in model.model_fields
+
+
+def test_the_projects_own_variables_are_accepted(
+    home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Every RULEKEEPER_* variable the project names (code, scripts, CI, docs) is a setting or
+    # declared as a variable that is not one; this file's misspellings aside.
+    sources = [_ROOT / "README.md", _ROOT / ".ci" / "run"]
+    for folder in ("rag", "cli", "api", "eval", "bench", "scripts", "tests", ".ci"):
+        sources += (_ROOT / folder).rglob("*.*")
+    named = set()
+    for source in sources:
+        if source.suffix in {".py", ".sh", ".md", ".toml", ""} and source != Path(__file__):
+            named |= set(re.findall(r"RULEKEEPER_[A-Z0-9_]*[A-Z0-9]", source.read_text("utf-8")))
+    named -= _PLACEHOLDERS
+    assert {"RULEKEEPER_HOME", "RULEKEEPER_LLAMA_CMAKE_ARGS"} <= named  # the scan found them
+    assert [v for v in sorted(named) if v not in NON_SETTING_VARIABLES and not _is_setting(v)] == []
+    # Set together, none is taken for a misspelt setting.
+    for variable in NON_SETTING_VARIABLES:
+        monkeypatch.setenv(variable, str(tmp_path / "unused"))
+    monkeypatch.setenv("RULEKEEPER_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("RULEKEEPER_OPENAI_API_KEY", "sk-test")
+    settings = load_settings()
+    assert settings.home == home and settings.model_dir == tmp_path / "models"
+    # ...while the check is on: a near miss among them is still refused.
+    monkeypatch.setenv("RULEKEEPER_OPENAI_API_KEYS", "sk-test")
+    with pytest.raises(RulekeeperError, match=r"did you mean RULEKEEPER_OPENAI_API_KEY\?"):
+        load_settings()
+
+
+# --- `rules config` with every kind of value, secrets masked ----------------------------------
+
+
+def test_config_shows_keys_and_proxies_with_secrets_masked(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _config(
+        home,
+        "[api]\n"
+        'api_keys = ["sk_live_secret_0123456789"]\n'
+        'trusted_proxies = ["10.0.0.0/8", "192.168.1.1"]\n'
+        'redis_url = "redis://:hunter2hunter2@cache.internal:6379/0"\n'
+        "[[api.publishable_keys]]\n"
+        'key = "pk_live_abcdefghijklmnop"\n'
+        'origins = ["https://shop.example"]\n',
+    )
+    monkeypatch.setenv("RULEKEEPER_OPENAI_API_KEY", "sk-openai-0123456789")
+    result = _rules_config()
+    assert result.exit_code == 0, result.output
+    assert result.exception is None
+    out = result.stdout
+    api = tomllib.loads(out)["api"]  # still pasteable into the config file
+    assert api["trusted_proxies"] == ["10.0.0.0/8", "192.168.1.1/32"]
+    assert "trusted_proxies = " in out and "# from the config file" in out
+    for secret in ("sk_live_secret_0123456789", "pk_live_abcdefghijklmnop", "hunter2hunter2",
+                   "sk-openai-0123456789"):  # fmt: skip
+        assert secret not in out
+    assert '"sk_l…"' in out and '{ key = "pk_l…", origins = ["https://shop.example"] }' in out
+    assert '"redis://:hun…@cache.internal:6379/0"' in out and '"sk-o…"' in out
+    # Masked values are shown commented out: pasted back, they would replace the real ones.
+    assert "api_keys" not in api and "publishable_keys" not in api and "redis_url" not in api
