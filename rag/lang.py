@@ -80,8 +80,31 @@ _ABBREVIATION_LIST = "e.g i.e eg ie vs cf ex approx incl fig p pp mr mrs ms dr"
 _ABBREVIATIONS = frozenset(_ABBREVIATION_LIST.split())
 
 
+# Japanese kana (the middle dot ・ left out: Chinese writes names with it) and Korean
+# Hangul: languages Rulekeeper does not answer in.
+_OTHER_SCRIPT_RE = re.compile(
+    r"[\u3041-\u3096\u3099-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+    r"\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]"
+)
+# Above this share of the text's letters (a kana or Hangul character, a Chinese character and
+# a Latin word each count one), text is in another language: a stray kana in Chinese is not.
+_OTHER_SHARE = 0.1
+
+
+def unsupported_language(text: str) -> bool:
+    """Whether the text is Japanese or Korean, which Rulekeeper answers in English."""
+    other = len(_OTHER_SCRIPT_RE.findall(text))
+    if other == 0:
+        return False
+    letters = other + len(CJK_RE.findall(text)) + len(_LATIN_WORD_RE.findall(text))
+    return other / letters >= _OTHER_SHARE
+
+
 def detect_lang(text: str) -> Lang:
-    """'zh' when Chinese characters make up a meaningful share of the words, else 'en'."""
+    """'zh' when Chinese characters make up a meaningful share of the words, else 'en'
+    (Japanese and Korean too: their Chinese characters do not make them Chinese)."""
+    if unsupported_language(text):
+        return "en"
     cjk = len(CJK_RE.findall(text))
     if cjk == 0:
         return "en"

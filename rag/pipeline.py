@@ -6,6 +6,7 @@ between threads (the index build and each model call are serialised).
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -20,9 +21,10 @@ from rag.answering.glossing import Glosser
 from rag.answering.translation import RenderingStore
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
 from rag.generation import ExtractiveGenerator, Generator, make_generator
-from rag.lang import detect_lang
+from rag.lang import detect_lang, unsupported_language
+from rag.prompting import phrases
 from rag.reading.chunking import chunk_document
-from rag.reading.corpus import Corpus, slugify, write_manifest
+from rag.reading.corpus import Corpus, same_name, slug_of, write_manifest
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
 from rag.reading.report import ingest_report, page_count
 from rag.searching.embedding import Embedder, embedder_for
@@ -48,6 +50,7 @@ from rag.types import (
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 MAX_QUESTION_CHARS = 2000
+_NAME_CHAR = re.compile(r"[^\W_]")
 
 
 @dataclass(frozen=True)
@@ -316,8 +319,9 @@ class Pipeline:
         """The rule text as soon as retrieval is done, the conclusion as it is written, then
         the final answer (see rag.answering). `conclude=False`: the rule text alone, no LLM."""
         started = time.perf_counter()
+        question = _check_question(question)
         info, hits = self.retrieve(question, game, k, history)
-        lang: Lang = detect_lang(question)
+        lang: Lang = detect_lang(question)  # Japanese and Korean are answered in English
         retrieve_s = time.perf_counter() - started
         answerer = self.answerer if conclude else self.quoter
         answer: Answer | None = None
@@ -334,6 +338,8 @@ class Pipeline:
                     yield event
                 answer = event.answer or answer
         assert answer is not None  # the answerer always ends with the answer
+        if unsupported_language(question):
+            answer.answer = f"{phrases(lang)['unsupported_language']}\n\n{answer.answer}"
         answer.timings = Timings(
             retrieve_s=retrieve_s,
             generate_s=answer.timings.generate_s,
@@ -356,9 +362,9 @@ class Pipeline:
             raise IngestError(
                 f"{path.name}: unsupported format; use one of {', '.join(SUPPORTED_SUFFIXES)}."
             )
-        slug = slugify(title)
-        if slug in self.corpus.slugs:
-            raise CorpusError(f"A game with slug {slug!r} already exists; choose another title.")
+        title, aliases = _names(title, aliases)
+        slug = _pick_slug(title, aliases)
+        self._refuse_taken(title, aliases, slug)
         document = load_document(path, slug)  # fails before anything is written
         folder = self.settings.user_books_dir / slug
         folder.mkdir(parents=True)
@@ -388,6 +394,22 @@ class Pipeline:
         report = ingest_report(document, index.chunks_of(slug), page_count(target))
         return AddedBook(info, report)
 
+    def _refuse_taken(self, title: str, aliases: Sequence[str], slug: str) -> None:
+        """Refuse a name another game already answers to: once two games share one, neither
+        can be named by it (lookups would say it "could mean several games")."""
+        asked = [("title", title), *(("alias", a) for a in aliases), ("slug", slug)]
+        for kind, name in asked:
+            found = self.corpus.holder_of(name)
+            if found is None:
+                continue
+            game, held = found
+            held_as = "slug" if held == game.slug else "title" if held == game.title else "alias"
+            change = "title or alias" if kind == "slug" else kind
+            raise CorpusError(
+                f"The {kind} {name!r} already exists: {game.title} ({game.slug}) has the "
+                f"{held_as} {held!r}; choose another {change}."
+            )
+
     def remove_book(self, game: str) -> GameInfo:
         info = self.corpus.resolve(game)
         if info.builtin:
@@ -402,8 +424,41 @@ class Pipeline:
             self._retriever = None
 
 
+def _names(title: str, aliases: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The title and aliases trimmed, each name once; a name with no letter or digit is
+    refused: names are compared without punctuation, so it would be no name at all."""
+    kept: list[str] = []
+    for kind, name in (("title", title), *(("alias", a) for a in aliases)):
+        name = name.strip()
+        if not _NAME_CHAR.search(name):
+            raise InputError(f"The {kind} {name!r} has no letter or digit; give a name.")
+        if not any(same_name(name, k) for k in kept):
+            kept.append(name)
+    return kept[0], tuple(kept[1:])
+
+
+def _pick_slug(title: str, aliases: Sequence[str]) -> str:
+    """The slug from the title, else from the first alias that has Latin letters or digits
+    (a Chinese title, such as 三国杀, has none)."""
+    for name in (title, *aliases):
+        if slug := slug_of(name):
+            return slug
+    raise CorpusError(
+        f"Cannot make a slug (the name commands use) from {title!r}: it has no Latin letters "
+        "or digits; add a name that has, with --alias (e.g. --alias sanguosha for 三国杀)."
+    )
+
+
+# Control characters (C0 but tab and newline, DEL, C1) and bidirectional marks, overrides and
+# isolates: invisible, they would reach the search, the model's prompt and the echoed
+# question, where they can reorder or recolour what a terminal or page shows.
+_UNSEEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A terminal escape sequence (CSI, such as colour codes): dropped whole, not leaving "[31m".
+_ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
 def _check_question(question: str) -> str:
-    question = question.strip()
+    question = _UNSEEN.sub("", _ESCAPE_SEQUENCE.sub("", question)).strip()
     if not question:
         raise InputError("The question is empty: ask something about a game's rules.")
     if len(question) > MAX_QUESTION_CHARS:

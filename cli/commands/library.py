@@ -109,10 +109,22 @@ def add(
             "pages (each page a section)."
         ),
     ],
-    title: Annotated[str, typer.Option("--title", "-t", help="The game's name.")],
+    title: Annotated[
+        str,
+        typer.Option(
+            "--title",
+            "-t",
+            help="The game's name; no other game may already use it. Its Latin letters make "
+            "the slug commands name the game by (a Chinese title takes it from an --alias).",
+        ),
+    ],
     alias: Annotated[
         list[str] | None,
-        typer.Option("--alias", "-a", help="Another name players use for it (repeatable)."),
+        typer.Option(
+            "--alias",
+            "-a",
+            help="Another name players use for it, no other game's (repeatable).",
+        ),
     ] = None,
 ) -> None:
     """Add your own rulebook and index it, so questions can be asked about it."""
@@ -143,7 +155,9 @@ def add(
 
 def remove(
     ctx: typer.Context,
-    game: Annotated[str, typer.Argument(help="A game you added (title, slug or alias).")],
+    game: Annotated[
+        str, typer.Argument(help="A game you added: its slug (always found), title or alias.")
+    ],
 ) -> None:
     """Remove a rulebook you added (the built-in ones stay)."""
     state = get_state(ctx)

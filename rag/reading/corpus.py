@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,16 @@ MANIFEST = "manifest.toml"
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
+def slug_of(name: str) -> str:
+    """The name's slug, or "" when it has no Latin letter or digit to make one from.
+
+    NFKD first, so that "Café" gives "cafe" and full-width "ＭａｘＡｐｏｃ" gives "maxapoc"."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()).strip("-")
+
+
 def slugify(title: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    slug = slug_of(title)
     if not slug:
         raise CorpusError(f"Cannot make a slug from {title!r}: give a title with latin letters.")
     return slug
@@ -67,8 +76,14 @@ def write_manifest(folder: Path, game: GameInfo) -> None:
 
 
 def _normalise(name: str) -> str:
-    """Case-fold and drop spaces and punctuation so 'deck 52' matches 'DECK52'."""
-    return re.sub(r"[\s\W_]+", "", name.casefold())
+    """Case-fold and drop spaces and punctuation so 'deck 52' matches 'DECK52'; NFKC first,
+    so that full-width letters, as a Chinese input method types them, match too."""
+    return re.sub(r"[\s\W_]+", "", unicodedata.normalize("NFKC", name).casefold())
+
+
+def same_name(a: str, b: str) -> bool:
+    """Whether two game names are the same name as lookups compare them."""
+    return _normalise(a) == _normalise(b)
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,14 @@ class Corpus:
         raise GameNotFoundError(f"No game with slug {slug!r}.", self.slugs)
 
     def resolve(self, name: str) -> GameInfo:
-        """The game a caller named by title, slug or alias (case-insensitive)."""
+        """The game a caller named by title, slug or alias (case-insensitive).
+
+        An exact slug wins first: it is unique, so `rules remove SLUG` always works, even
+        when another game's title or alias reads the same."""
+        by_slug = name.strip().casefold()
+        for game in self.games:
+            if game.slug == by_slug:
+                return game
         wanted = _normalise(name)
         exact = [g for g in self.games if any(_normalise(n) == wanted for n in g.names())]
         if len(exact) == 1:
@@ -118,6 +140,14 @@ class Corpus:
             names = ", ".join(g.title for g in partial)
             raise GameNotFoundError(f"{name!r} could mean several games ({names}).", self.slugs)
         raise GameNotFoundError(f"Unknown game {name!r}.", self.slugs)
+
+    def holder_of(self, name: str) -> tuple[GameInfo, str] | None:
+        """The game that already uses `name` (as names are compared), with the name it uses."""
+        for game in self.games:
+            for held in game.names():
+                if same_name(held, name):
+                    return game, held
+        return None
 
     @staticmethod
     def without_names(question: str, game: GameInfo) -> str:
