@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 STATE_FILE = "service.json"
 LOG_FILE = "service.log"
 LOCK_FILE = "service.lock"
-SERVICE_MODULE = "api.local_service"  # `python -m` runs it; also how its process is recognised
+SERVICE_MODULE = "api.warm_service"  # `python -m` runs it; also how its process is recognised
 HOST = "127.0.0.1"
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rag.types import Answer, StreamEvent
 
 if TYPE_CHECKING:
-    from api.service import Waited
+    from api.waiting import Waited
 
 CONVERSATION_ID = r"^[A-Za-z0-9_-]{8,64}$"
 MAX_HISTORY = 20

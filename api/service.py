@@ -15,6 +15,7 @@ from fastapi import Request
 from api.conversations import ConversationStore
 from api.errors import ApiError, retry_later
 from api.runner import Job, JobCancelled, ModelRunner
+from api.waiting import Waited
 from rag.errors import GameNotFoundError
 from rag.pipeline import Pipeline
 from rag.settings import ApiSettings
@@ -36,17 +37,6 @@ _BUSY_NOTE = {
 BUSY_CHECK = Check(
     "load", False, "the model was busy with other questions: the rule text alone, no conclusion"
 )
-
-
-@dataclass
-class Waited:
-    """A request's time outside the pipeline's own timings: in the model's queue, and
-    loading the index or models (nothing once warm; again after the corpus changed)."""
-
-    queue_s: float = 0.0
-    load_s: float = 0.0
-    # The model's line was full or too slow: the verified rule text alone answered.
-    rule_text_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from eval import DEFAULT_GOLD
+from eval.metrics import percentile
 from eval.runner import load_gold
-from rag.metrics import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = [sys.executable, "-m", "cli.main"]

@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from eval.metrics import holds_evidence
 from eval.runner import load_gold
 from rag.answering.deciding import FEATURES, WEIGHTS_FILE, DecidingModel, sentence_features
 from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.errors import GameNotFoundError, InputError
 from rag.lang import detect_lang
-from rag.metrics import holds_evidence
 from rag.pipeline import Pipeline
 from rag.settings import load_settings
 

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from rag.metrics import percentile
+from eval.metrics import percentile
 from rag.pipeline import Pipeline
 from rag.settings import load_settings
 

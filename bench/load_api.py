@@ -37,9 +37,9 @@ import httpx
 from api.app import create_app
 from api.server import running
 from eval import DEFAULT_GOLD
+from eval.metrics import percentile
 from eval.runner import load_gold
 from rag.generation import Generator
-from rag.metrics import percentile
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.settings import Settings, load_settings

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import DEFAULT_GOLD
+from eval.metrics import facts_covered, ratio, supported_citations
 from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
@@ -34,7 +35,6 @@ from rag.answering.quotes import (
     quoted_sentences,
 )
 from rag.lang import detect_lang
-from rag.metrics import facts_covered, ratio, supported_citations
 from rag.pipeline import Pipeline
 from rag.settings import load_settings
 from rag.types import Hit, Lang

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from eval import DEFAULT_GOLD, GOLD_DIR
+from eval.metrics import first_hit_rank, hit_at, mean, percentile, reciprocal_rank, share
 from eval.runner import GoldItem, gold_set_parser, load_gold
-from rag.metrics import first_hit_rank, hit_at, mean, percentile, reciprocal_rank, share
 from rag.pipeline import Pipeline
 from rag.reading.corpus import Corpus
 from rag.searching.retrieval import Mode, Retriever

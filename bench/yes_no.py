@@ -23,10 +23,10 @@ from typing import Any
 from abstention import auc, judge_prompt, judged
 
 from eval import GOLD_DIR
+from eval.metrics import normalise
 from eval.runner import GoldItem, gold_set_parser
 from rag.answering.candidates import Sentence
 from rag.answering.selection import numbered
-from rag.metrics import normalise
 from rag.pipeline import Pipeline
 from rag.prompting import fill
 from rag.searching.sentences import passage_sentences

@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 from api.local_state import ServiceState
+from cli.rules import Rules
 from cli.ui import Ui
 from rag.errors import GameNotFoundError, InputError, RulekeeperError
 from rag.reading.corpus import Corpus
 from rag.settings import Settings
 from rag.types import Answer, Chunk, GameSummary, Quote, StreamEvent, Turn
-
-if TYPE_CHECKING:
-    from cli.state import Rules
 
 T = TypeVar("T")
 

@@ -7,41 +7,19 @@ an injected pipeline is always asked in this process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import typer
 
+from cli.rules import Rules
 from cli.ui import Ui
 
 if TYPE_CHECKING:  # the pipeline pulls in numpy and FAISS: `rules --help` should not wait
     from rag.pipeline import Pipeline
-    from rag.reading.corpus import Corpus
     from rag.settings import Settings
-    from rag.types import Chunk, GameSummary, StreamEvent, Turn
-
-
-class Rules(Protocol):
-    """What the commands ask: a Pipeline here, or the local service (cli.service_client)."""
-
-    settings: Settings
-
-    @property
-    def corpus(self) -> Corpus: ...
-
-    def games(self) -> list[GameSummary]: ...
-
-    def chunks(self, game: str) -> list[Chunk]: ...
-
-    def ask_stream(
-        self,
-        question: str,
-        game: str | None = None,
-        k: int | None = None,
-        history: Sequence[Turn] = (),
-    ) -> Iterator[StreamEvent]: ...
 
 
 def build_pipeline() -> Pipeline:
@@ -84,8 +62,8 @@ class CliState:
         or the service setting says otherwise; else the pipeline in this process."""
         if here or not self.settings.service.enabled or self.pipeline_factory is not build_pipeline:
             return self.indexed_pipeline()
-        from cli.local_service import LocalService
         from cli.service_client import ServiceClient
+        from cli.service_process import LocalService
 
         state = LocalService(self.settings).connect(self.ui, start=start)
         if state is None:
@@ -97,7 +75,7 @@ class CliState:
         so it stops, and the next question starts it again."""
         if self.pipeline_factory is not build_pipeline:
             return
-        from cli.local_service import LocalService
+        from cli.service_process import LocalService
 
         service = LocalService(self.settings)
         running = service.running()

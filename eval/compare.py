@@ -34,10 +34,11 @@ from eval.runner import (
     format_value,
     run_eval,
 )
+from rag.backends import embedder_for, make_generator
 from rag.errors import InputError, RulekeeperError
-from rag.generation import Generator, make_generator
+from rag.generation import Generator
 from rag.pipeline import Pipeline
-from rag.searching.embedding import Embedder, embedder_for
+from rag.searching.embedding import Embedder
 from rag.settings import Settings
 
 if TYPE_CHECKING:

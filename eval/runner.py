@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from rag.answering.checks import numbers_check
-from rag.errors import GameNotFoundError, InputError
-from rag.metrics import (
+from eval.metrics import (
     PROBE_FIELDS,
     ItemScore,
     abstention_correct,
@@ -31,6 +29,8 @@ from rag.metrics import (
     supported_citations,
     way_round_problems,
 )
+from rag.answering.checks import numbers_check
+from rag.errors import GameNotFoundError, InputError
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
 from rag.types import LANGS, Answer, Lang, Quote

@@ -1,6 +1,6 @@
 """Validate the gold Q&A evaluation set (eval/gold/gold.jsonl).
 
-Needs the standard library and rag.metrics (the eval's own right-way-round check), and for
+Needs the standard library and eval.metrics (the eval's own right-way-round check), and for
 PDF rulebooks the PDF reader `rules add` uses. Usage:
 
     python3 eval/validate_gold.py [--gold eval/gold/gold.jsonl] [--corpus corpus]
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.metrics import PROBE_FIELDS, way_round_problems
 from rag.errors import IngestError
-from rag.metrics import PROBE_FIELDS, way_round_problems
 from rag.types import Lang
 
 FIELDS: dict[str, tuple[type, ...]] = {

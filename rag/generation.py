@@ -5,7 +5,8 @@ quote layer alone (the closest sentences of the passage that answers best, verba
 local GGUF model through llama-cpp-python adds what the answering stages ask of it: which
 quoted sentences answer the question, and a conclusion, each reply shaped by a JSON schema that
 llama.cpp turns into a grammar, so its form cannot go wrong. The openai backend
-(rag/openai_api.py) asks the same of a model behind an OpenAI-compatible server.
+(rag/openai_generation.py) asks the same of a model behind an OpenAI-compatible server;
+rag/backends.py picks the one the settings name.
 """
 
 from __future__ import annotations
@@ -212,21 +213,3 @@ def llama_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def make_generator(settings: Settings) -> Generator:
-    """The configured backend; "auto" falls back to extractive when no LLM is installed."""
-    backend = settings.generation.backend
-    if backend == "extractive":
-        return ExtractiveGenerator()
-    if backend == "llama":
-        return make_llama_generator(settings)
-    if backend == "openai":
-        from rag.openai_api import make_openai_generator  # httpx loads only for this backend
-
-        return make_openai_generator(settings)
-    try:
-        llama = make_llama_generator(settings)
-    except ModelError:
-        return ExtractiveGenerator()
-    return llama if llama_available() else ExtractiveGenerator()

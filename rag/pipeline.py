@@ -19,15 +19,16 @@ from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
 from rag.answering.glossing import Glosser
 from rag.answering.translation import RenderingStore
+from rag.backends import embedder_for, make_generator
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
-from rag.generation import ExtractiveGenerator, Generator, make_generator
+from rag.generation import ExtractiveGenerator, Generator
 from rag.lang import detect_lang, unsupported_language
 from rag.prompting import phrases
 from rag.reading.chunking import chunk_document
 from rag.reading.corpus import Corpus, same_name, slug_of, write_manifest
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
 from rag.reading.report import ingest_report, page_count
-from rag.searching.embedding import Embedder, embedder_for
+from rag.searching.embedding import Embedder
 from rag.searching.index import ChunkIndex, IndexStore
 from rag.searching.reranking import Reranker, make_reranker
 from rag.searching.retrieval import Retriever

@@ -170,8 +170,8 @@ fi
 done_section
 
 # ---------------------------------------------------------------------------------------
-section "Models (verified by sha256; see 'python -m rag.models list')"
-"$PY" -m rag.models fetch --defaults
+section "Models (verified by sha256; see 'rules models list')"
+rules models fetch --defaults
 done_section
 
 # ---------------------------------------------------------------------------------------

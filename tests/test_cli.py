@@ -25,7 +25,7 @@ from cli.state import CliState
 from cli.toc import outline
 from cli.ui import Ui
 from rag.contents import table_of_contents
-from rag.models import ModelSpec
+from rag.models import DEFAULT_FETCH, ModelSpec
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.settings import Settings
@@ -425,6 +425,24 @@ def test_models_list_and_fetch(invoke: Invoke, monkeypatch: pytest.MonkeyPatch) 
     assert "embeddinggemma-300m: ready at" in result.stdout
     assert_user_error(invoke("models", "fetch", "gpt-5"), "Unknown model gpt-5")
     assert fetched == ["embeddinggemma-300m", "qwen2.5-1.5b-instruct"]  # nothing fetched
+
+
+def test_models_fetch_defaults_is_what_setup_fetches(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched: list[str] = []
+
+    def fake_fetch(spec: ModelSpec, models_dir: Path, progress: Callable[[str], None]) -> Path:
+        fetched.append(spec.name)
+        return models_dir / spec.name
+
+    monkeypatch.setattr(models_command, "fetch", fake_fetch)
+    result = invoke("models", "fetch", "--defaults")
+    assert result.exit_code == 0, result.output
+    assert fetched == list(DEFAULT_FETCH)  # the settings' models and the test fixtures
+    fetched.clear()
+    assert invoke("models", "fetch", "qwen2.5-0.5b-instruct", "--defaults").exit_code == 0
+    assert fetched == ["qwen2.5-0.5b-instruct", *DEFAULT_FETCH]
 
 
 # --- chat -------------------------------------------------------------------------------------

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
+from eval.metrics import holds_evidence
 from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.deciding import FEATURES, DecidingModel, judge, sentence_features
 from rag.answering.quotes import make_quotes
-from rag.metrics import holds_evidence
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
 from rag.settings import GenerationSettings

@@ -25,6 +25,7 @@ from eval.compare import (
     render_markdown,
     run_compare,
 )
+from eval.metrics import ItemScore, build_report
 from eval.runner import (
     ITEMS_FILE,
     REPORT_FILE,
@@ -39,7 +40,6 @@ from eval.runner import (
 )
 from rag.errors import InputError, ModelError
 from rag.generation import Generator
-from rag.metrics import ItemScore, build_report
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.settings import Settings

@@ -9,13 +9,9 @@ from rag.answering.candidates import Sentence
 from rag.answering.conclusion import conclusion_prompt
 from rag.answering.quotes import make_quotes
 from rag.answering.selection import parse_selection, selection_prompt
+from rag.backends import make_generator
 from rag.errors import ModelError
-from rag.generation import (
-    ExtractiveGenerator,
-    LlamaCppGenerator,
-    make_generator,
-    stop_repeating,
-)
+from rag.generation import ExtractiveGenerator, LlamaCppGenerator, stop_repeating
 from rag.lang import split_sentences
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt

@@ -1,10 +1,10 @@
-"""rag.metrics on small hand-made cases; the expected values are worked out in the comments."""
+"""eval.metrics on small hand-made cases; the expected values are worked out in the comments."""
 
 from __future__ import annotations
 
 import pytest
 
-from rag.metrics import (
+from eval.metrics import (
     ItemScore,
     abstention_correct,
     answer_language,

@@ -15,9 +15,10 @@ import pytest
 from conftest import FakeEmbedder, first_rule
 from loopback import free_port
 
+from rag.backends import make_generator
 from rag.errors import ModelError
-from rag.generation import make_generator
-from rag.openai_api import OpenAIGenerator, OpenAIServer, ServerRefusedError
+from rag.openai_generation import OpenAIGenerator
+from rag.openai_server import OpenAIServer, ServerRefusedError
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.settings import Settings
@@ -339,7 +340,7 @@ def test_an_embedding_server_builds_the_index_and_finds_passages(
 
 
 def test_an_embedding_server_without_embeddings_is_one_clear_line(fake: FakeServer) -> None:
-    from rag.openai_api import OpenAIEmbedder
+    from rag.searching.openai_embedding import OpenAIEmbedder
 
     fake.models = None
     embedder = OpenAIEmbedder(OpenAIServer(f"{fake.url}/no-such-root"), "embed-model")

@@ -13,7 +13,8 @@ from loopback import free_port, process
 
 from rag.answering.selection import parse_selection
 from rag.errors import ModelError
-from rag.openai_api import OpenAIGenerator, OpenAIServer
+from rag.openai_generation import OpenAIGenerator
+from rag.openai_server import OpenAIServer
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt
 from rag.settings import Settings

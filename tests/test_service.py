@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from api.local_state import ServiceState, read_state, state_path
-from cli.local_service import LocalService, Readiness, is_service_process
 from cli.service_client import ServiceClient
+from cli.service_process import LocalService, Readiness, is_service_process
 from cli.ui import Ui
 from rag.pipeline import Pipeline
 from rag.settings import Settings
@@ -350,9 +350,9 @@ class ScriptedReadiness(LocalService):
 @pytest.fixture
 def ticking(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter(range(10_000))
-    monkeypatch.setattr("cli.local_service.time.monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr("cli.local_service.time.sleep", lambda _: None)
-    monkeypatch.setattr("cli.local_service.is_service_process", lambda _: True)
+    monkeypatch.setattr("cli.service_process.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("cli.service_process.time.sleep", lambda _: None)
+    monkeypatch.setattr("cli.service_process.is_service_process", lambda _: True)
 
 
 @pytest.mark.usefixtures("ticking")

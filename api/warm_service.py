@@ -2,7 +2,7 @@
 127.0.0.1 and a free port, open only to the holder of a per-user token, stopping itself
 after `service.idle_timeout_s` without a request.
 
-    python -m api.local_service      (`rules ask` and `rules service start` run it)
+    python -m api.warm_service       (`rules ask` and `rules service start` run it)
 
 It records itself in the home's state file (api.local_state) once its port is bound, and
 forgets itself when it stops.

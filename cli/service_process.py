@@ -1,4 +1,4 @@
-"""Finding, starting and stopping the warm local service (api/local_service.py) from a
+"""Finding, starting and stopping the warm local service (api/warm_service.py) from a
 `rules` command. Every wait is bounded; a service that is gone, hung, of another version or
 started under other settings is replaced, and what cannot be recovered is answered here.
 """

@@ -1,17 +1,15 @@
-"""An OpenAI-compatible server as the model (llama.cpp's server, llama-cpp-python's, Ollama,
-vLLM): for a model bigger than this machine runs, or one inference server shared by many API
-workers. Same prompts, selection and checks as the local backend; optionally the embedder
-too (`/v1/embeddings`).
+"""An OpenAI-compatible server's HTTP API (llama.cpp's server, llama-cpp-python's, Ollama,
+vLLM), shared by the backends that use one: the generator (rag.openai_generation) and the
+embedder (rag.searching.openai_embedding).
 
 Plain httpx rather than the `openai` package: httpx is a dependency already, the calls are a
 JSON POST and server-sent-event lines, and the retries, timeouts and one-line errors naming
 the setting to fix are ours to word (the client would add its own retry policy and
-exception types to translate). Imported only when the backend is used.
+exception types to translate). Imported only when such a backend is used.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,12 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
 
 from rag.errors import ModelError
-from rag.generation import Generator, stop_repeating
-from rag.prompting import Prompt, system_message
-from rag.searching.embedding import Embedder
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -198,161 +192,9 @@ class OpenAIServer:
         )
 
 
-class OpenAIGenerator(Generator):
-    """Chat completions streamed from an OpenAI-compatible server.
-
-    The reply's JSON schema goes as `response_format` in the first shape the server accepts:
-    OpenAI's json_schema (vLLM, llama.cpp's server, Ollama), else json_object with a schema
-    (llama-cpp-python's server), else none, the reply then parsed leniently as with any
-    backend. The shape that worked is kept for the following prompts.
-    """
-
-    SHAPES = ("json_schema", "json_object", None)
-
-    def __init__(
-        self,
-        server: OpenAIServer,
-        model: str,
-        *,
-        temperature: float = 0.1,
-        max_tokens: int = 512,
-        seed: int | None = None,
-    ) -> None:
-        self.name = f"openai:{model}"
-        self.model = model
-        self._server = server
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._seed = seed
-        self._shapes: tuple[str | None, ...] = self.SHAPES
-        self._model_checked = False
-
-    def warm_up(self) -> None:
-        # One token after the system prompt: the server caches the prefix every prompt
-        # shares, as the local backend does; and a wrong URL, key or model shows at once.
-        self.complete(Prompt("judge", "", [system_message()], max_tokens=1))
-
-    def stream(self, prompt: Prompt) -> Iterator[str]:
-        return stop_repeating(self._pieces(prompt))
-
-    def _pieces(self, prompt: Prompt) -> Iterator[str]:
-        for event in self._open(prompt):
-            choices = event.get("choices") or [{}]
-            text = (choices[0].get("delta") or {}).get("content")
-            if text:
-                yield text
-
-    def _open(self, prompt: Prompt) -> Iterator[dict[str, Any]]:
-        self._check_model()
-        if prompt.schema is None:
-            return self._server.stream("chat/completions", self._body(prompt, None))
-        first_refusal: ServerRefusedError | None = None
-        for n, shape in enumerate(self._shapes):
-            try:
-                events = self._server.stream("chat/completions", self._body(prompt, shape))
-            except ServerRefusedError as exc:
-                if not exc.blames_format:
-                    raise
-                first_refusal = first_refusal or exc
-                continue
-            if n:
-                log.warning(
-                    "%s refused response_format %s; using %s from now on",
-                    self._server.base_url,
-                    self._shapes[0],
-                    shape or "none (replies parsed leniently)",
-                )
-                self._shapes = self._shapes[n:]
-            return events
-        assert first_refusal is not None
-        raise first_refusal  # refused in every shape: not the format's fault
-
-    def _body(self, prompt: Prompt, shape: str | None) -> dict[str, Any]:
-        temperature, seed = prompt.sampling(self._temperature, self._seed)
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": prompt.messages,
-            "temperature": temperature,
-            "max_tokens": prompt.max_tokens or self._max_tokens,
-            "stream": True,
-        }
-        if seed is not None:
-            body["seed"] = seed
-        if shape == "json_schema":
-            schema = {"name": prompt.task, "schema": prompt.schema}
-            body["response_format"] = {"type": "json_schema", "json_schema": schema}
-        elif shape == "json_object":
-            body["response_format"] = {"type": "json_object", "schema": prompt.schema}
-        return body
-
-    def _check_model(self) -> None:
-        """A model name the server does not list is a clear error (some servers, such as
-        llama-cpp-python's with one model, would answer with their own model instead).
-        Servers without a model list are taken at their word."""
-        if self._model_checked:
-            return
-        try:
-            listing = self._server.json("GET", "models")
-        except ServerRefusedError:
-            listing = None
-        served = [m.get("id") for m in (listing or {}).get("data", []) if isinstance(m, dict)]
-        if served and self.model not in served:
-            raise ModelError(
-                f"The model server at {self._server.base_url} has no model {self.model!r}; "
-                f"it serves {', '.join(map(str, served))}. Fix generation.model."
-            )
-        self._model_checked = True
-
-
-class OpenAIEmbedder(Embedder):
-    """Vectors from a server's /embeddings: one embedding server for many API workers.
-
-    Its name (in the index manifest) names the server's model and the prefixes, so changing
-    either rebuilds the index. The server applies no query or passage prompt of its own; the
-    settings' prefixes stand in for a model's prompts (EmbeddingGemma's, E5's).
-    """
-
-    def __init__(
-        self, server: OpenAIServer, model: str, *, query_prefix: str = "", passage_prefix: str = ""
-    ) -> None:
-        super().__init__()
-        self.name = f"openai:{model}"
-        if query_prefix or passage_prefix:
-            prefixes = json.dumps([query_prefix, passage_prefix]).encode()
-            self.name += "#" + hashlib.sha256(prefixes).hexdigest()[:8]
-        self.model = model
-        self._server = server
-        self._prefixes = {True: query_prefix, False: passage_prefix}
-        self._dimension: int | None = None
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension is None:
-            self._dimension = self._encode(["dimension"], query=False).shape[1]
-        return self._dimension
-
-    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        prefix = self._prefixes[query]
-        body = {"model": self.model, "input": [prefix + t for t in texts]}
-        reply = self._server.json("POST", "embeddings", body)
-        try:
-            rows = sorted(reply["data"], key=lambda row: row["index"])
-            vectors = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
-        except (TypeError, KeyError, ValueError) as exc:
-            raise ModelError(
-                f"The embedding server at {self._server.base_url} sent no embeddings "
-                f"({type(exc).__name__}: {exc}): does it serve {self.model!r} for embeddings?"
-            ) from exc
-        if vectors.ndim != 2 or len(vectors) != len(texts):
-            raise ModelError(
-                f"The embedding server at {self._server.base_url} sent {len(vectors)} vectors "
-                f"for {len(texts)} texts."
-            )
-        self._dimension = vectors.shape[1]
-        return vectors
-
-
-def _server(base_url: str, settings: Settings) -> OpenAIServer:
+def server_for(base_url: str, settings: Settings) -> OpenAIServer:
+    """The server at `base_url`, with the API key from the environment and the timeout and
+    retries of the generation settings (an embedding server's too)."""
     gen = settings.generation
     return OpenAIServer(
         base_url,
@@ -360,25 +202,4 @@ def _server(base_url: str, settings: Settings) -> OpenAIServer:
         timeout_s=gen.timeout_s,
         retries=gen.retries,
         backoff_s=gen.retry_backoff_s,
-    )
-
-
-def make_openai_generator(settings: Settings) -> OpenAIGenerator:
-    gen = settings.generation
-    return OpenAIGenerator(
-        _server(gen.base_url, settings),
-        gen.model,
-        temperature=gen.temperature,
-        max_tokens=gen.max_tokens,
-        seed=gen.seed,
-    )
-
-
-def make_openai_embedder(settings: Settings) -> OpenAIEmbedder:
-    emb = settings.embedding
-    return OpenAIEmbedder(
-        _server(emb.base_url, settings),
-        emb.model,
-        query_prefix=emb.query_prefix,
-        passage_prefix=emb.passage_prefix,
     )
