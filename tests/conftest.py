@@ -121,10 +121,16 @@ class ScriptedGenerator(Generator):
 
 
 def on_fake_scale(settings: Settings) -> Settings:
-    """The settings with the closeness gates and glosses off: the fake embedder's
-    bag-of-words cosines are not on the real embedder's scale (tests of them set them)."""
+    """The settings with the closeness gates and glosses off, and every conclusion that
+    passes its checks shown: the fake embedder's bag-of-words cosines are not on the real
+    embedder's scale, nor its confidences (tests of them set them)."""
     generation = settings.generation.model_copy(
-        update={"min_sentence_score": 0, "min_score_unconcluded": 0, "min_gloss_score": 1}
+        update={
+            "min_sentence_score": 0,
+            "min_score_unconcluded": 0,
+            "min_gloss_score": 1,
+            "conclude_from": 0,
+        }
     )
     return settings.model_copy(update={"generation": generation})
 

@@ -556,7 +556,7 @@ def answer_to(question: str, hits: list[Hit], generator: Generator) -> Answer:
     answerer = Answerer(
         CandidateSelector(embedder, lambda: sentences),
         generator,
-        GenerationSettings(min_sentence_score=0, min_score_unconcluded=0),
+        GenerationSettings(min_sentence_score=0, min_score_unconcluded=0, conclude_from=0),
     )
     game = GameInfo("maximum-apocalypse", "Maximum Apocalypse", (), "en", "", Path("book"))
     events = list(answerer.stream(Question(question, "en", game), hits))

@@ -148,6 +148,13 @@ _NO_CARDS = re.compile(r"do not have|don't have|no monster card|without|没有|�
 _UNLESS = re.compile(r"\bunless\b|除非", re.IGNORECASE)
 
 
+def concluding(settings: Settings) -> Settings:
+    """The settings with every conclusion that passes its checks shown, whatever the
+    deciding sentence's confidence: what the model writes is what these tests read."""
+    generation = settings.generation.model_copy(update={"conclude_from": 0.0})
+    return settings.model_copy(update={"generation": generation})
+
+
 _STEALTH_QUESTIONS = ["when can't I do a stealth test?", "什么时候不能进行潜行判定？"]
 
 
@@ -159,7 +166,7 @@ def test_the_stealth_question_is_answered_the_right_way_round(
     """The deciding rule is quoted, and the conclusion says when the test cannot be taken:
     not unless the rule's condition holds (rewording.unless_frame), never forbidding it
     when no monster card is attached."""
-    answer = Pipeline(real_settings).ask(question, "Maximum Apocalypse")
+    answer = Pipeline(concluding(real_settings)).ask(question, "Maximum Apocalypse")
     assert answer.backend == "llama:qwen2.5-1.5b-instruct" and not answer.abstained
     assert "Encountering monster tokens" in {q.label for q in answer.quotes}
     assert all(q.text in answer.answer for q in answer.quotes)
@@ -189,7 +196,7 @@ def test_an_english_question_on_a_chinese_rulebook_is_answered_in_english(
     conclusion checked against that rendering."""
     rulebook = tmp_path / "kitten-run.md"
     rulebook.write_text(_KITTEN_RUN, encoding="utf-8")
-    pipeline = Pipeline(real_settings)
+    pipeline = Pipeline(concluding(real_settings))
     pipeline.add_book(rulebook, "Kitten Run")
     answer = pipeline.ask("What happens if my kitten stops on a trap square?", "Kitten Run")
     trap = [q for q in answer.quotes if "陷阱" in q.text]

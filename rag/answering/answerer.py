@@ -151,16 +151,12 @@ class Answerer:
             yield StreamEvent("answer", answer=answer)
             return
         sure = best.confidence >= self.settings.conclude_from
-        concluding = (
-            silent_on is None
-            and sure
-            and (self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang))
+        concluding = silent_on is None and (
+            self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
         )
-        if not concluding:  # a situation no rule names, a yes/no the model is not trusted
-            # with, or a deciding sentence not sure enough: nothing to select for, the
-            # deciding sentences are rendered
-            reason = silent_on or (UNTRUSTED_YES_NO if sure else _unsure(best))
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), reason
+        if not concluding:  # a situation no rule names, or a yes/no the model is not trusted
+            # with: nothing to select for, the deciding sentences are rendered
+            chosen, selection_check = list(deciding[:MOST_CHOSEN]), silent_on or UNTRUSTED_YES_NO
         elif self.settings.select:
             chosen, selection_check = self._select(question, quoted)
         else:
@@ -194,7 +190,7 @@ class Answerer:
                 conclusion, composed = unless
                 checks.append(composed)
                 answer = self._concluded(
-                    question, hits, quotes, basis, conclusion, checks, ranked[0].score
+                    question, hits, quotes, basis, conclusion, checks, ranked[0].score, best
                 )
             elif row:  # no model call: the table's row for the players asked about
                 conclusion, table = row
@@ -207,6 +203,7 @@ class Answerer:
                     conclusion,
                     checks,
                     ranked[0].score,
+                    best,
                     copied=True,
                 )
             else:
@@ -220,7 +217,8 @@ class Answerer:
                     closest_rule=deciding[0].text,
                 )
                 for text in stream_conclusion(self.generator.stream(prompt), reply):
-                    yield StreamEvent("token", text=text)
+                    if sure:  # a draft that cannot be shown is not streamed either
+                        yield StreamEvent("token", text=text)
                 written = parse_conclusion("".join(reply), question.text, question.lang)
                 # A conclusion written the allowed way round is said as asked.
                 if asks_when_not_allowed(question.text, question.lang):
@@ -229,7 +227,15 @@ class Answerer:
                         written = as_asked
                         checks.append(Check("unless", True, "the conclusion, turned round"))
                 answer = self._concluded(
-                    question, hits, quotes, basis, written, checks, ranked[0].score, asked=prompt
+                    question,
+                    hits,
+                    quotes,
+                    basis,
+                    written,
+                    checks,
+                    ranked[0].score,
+                    best,
+                    asked=prompt,
                 )
         answer.timings.generate_s = time.perf_counter() - started
         answer.confidence = best.confidence
@@ -265,12 +271,15 @@ class Answerer:
         written: str,
         checks: list[Check],
         closest: float,
+        deciding: Judged,
         *,
         copied: bool = False,
         asked: Prompt | None = None,
     ) -> Answer:
         """The answer showing `quotes`, concluded from `basis` (the selected ones) when the
-        conclusion `written` passes the checks against them. When it does not, the rulebook
+        conclusion `written` passes the checks against them and the `deciding` sentence's
+        confidence reaches `conclude_from`. Written either way, a conclusion that fails the
+        checks still tells whether the rulebook seems silent: when it fails, the rulebook
         seems silent if the closest sentence (`closest`, its score) is not close either, or
         if the model, `asked` again, does not repeat the numbers it stated. A conclusion
         `copied` from a quote's cells states no negation, and no word of its own, for those
@@ -291,9 +300,13 @@ class Answerer:
                 checks.append(own_words_check(conclusion, question.in_context, basis, names))
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))
-        shown = bool(conclusion) and all(
+        passed = bool(conclusion) and all(
             c.passed for c in checks if c.name not in ("quotes", "selection", "translation")
         )
+        sure = deciding.confidence >= self.settings.conclude_from
+        if passed and not sure:
+            checks.append(_unsure(deciding))
+        shown = passed and sure
         # Two signals of silence together, measured on the whole gold set: the conclusion
         # stated a number no quote holds (the quotes lack what was asked), and the closest
         # sentence is far. A conclusion failing otherwise, such as reading a negation the
@@ -301,7 +314,7 @@ class Answerer:
         # the 5 such questions were answerable (eval/RESULTS.md, session 16).
         invented = any(c.name == "numbers" and not c.passed for c in checks)
         silence = None
-        if not shown and invented and closest < self.settings.min_score_unconcluded:
+        if not passed and invented and closest < self.settings.min_score_unconcluded:
             silence = Check(
                 "closeness",
                 False,
@@ -310,7 +323,7 @@ class Answerer:
                 f"under {self.settings.min_score_unconcluded:.2f}: the rulebook does not "
                 "seem to answer the question",
             )
-        elif not shown and asked is not None:
+        elif not passed and asked is not None:
             silence = self._numbers_unrepeated(question, conclusion, asked)
         shown_conclusion, quotes = self._glossed(
             question, conclusion if shown else None, basis, quotes, checks
