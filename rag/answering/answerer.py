@@ -142,7 +142,7 @@ class Answerer:
             return
         yield _quotes_event(quotes, question.lang)
         # The conclusion rests on the deciding sentence and the next likeliest quoted ones.
-        likeliest = [j.sentence for j in judged[1:] if j.sentence in quoted]
+        likeliest = [j.sentence for j in judged if j.sentence in quoted and j is not best]
         deciding = [best.sentence, *likeliest[: MOST_CHOSEN - 1]]
         if not self.generator.writes:
             checks = [quote_check] if silent_on is None else [quote_check, silent_on]
