@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.deciding import FEATURES, DecidingModel, judge, sentence_features
-from rag.answering.quotes import make_quotes
+from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
 from rag.settings import GenerationSettings
@@ -207,3 +208,30 @@ def test_the_terminal_sets_the_deciding_rule_apart() -> None:
         styled = _answer_text(text)
         block = [s for s in styled.spans if str(s.style) == "bold yellow"]
         assert [(s.start, s.end) for s in block] == [(0, text.index("\n\n"))]
+
+
+def test_a_conclusion_rests_on_distinct_sentences_when_the_likeliest_is_not_quoted() -> None:
+    """The likeliest sentence of all may lie outside the quoted passage: the deciding one
+    (the likeliest quoted) is then not counted again among those that follow it."""
+    question = Question("what is the hand limit for cards", "en", GAME)
+    hits = make_hits(
+        "Hand. Your hand limit is ten cards. Draw two cards at the start of your turn. "
+        "Discard down to your hand limit at the end of your turn.",
+        "Trading. Trading happens on a tile with another player present.",
+    )
+    ranked = ranked_for(question.text, hits)
+    quoted = quoted_sentences(question.text, "en", ranked, 12)
+    # weigh closeness whichever way puts an unquoted sentence first
+    direction = 5.0 if ranked[0] not in quoted else -5.0
+    model = model_weighing(closeness=direction)
+    assert judge(ranked, model)[0].sentence not in quoted  # the case
+    generator = ScriptedGenerator()
+    concluding = answerer(generator)
+    concluding.deciding = model
+    concluding.candidates = CandidateSelector(
+        FakeEmbedder(), lambda: SentenceVectors.embed([h.chunk for h in hits], FakeEmbedder())[0]
+    )
+    list(concluding.stream(question, hits))
+    content = generator.prompts[0].messages[-1]["content"]
+    rules = re.findall(r"^\d+\. \([^)]*\) (.*)$", content, re.M)
+    assert len(quoted) >= 3 and len(rules) == len(set(rules)) == 3  # three, not two
