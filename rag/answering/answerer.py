@@ -4,15 +4,16 @@ passages -> candidates (their sentences, closest to the question first; none clo
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, or of two for some "when can't I" questions, verbatim) -> deciding (the
 quoted sentence likeliest to settle the question, by a model fitted on gold evidence:
-shown first, marked, with the confidence that decides whether a conclusion is written;
-the quotes are sent at once) -> situations (a question about something running out, over
+shown first, marked, with the confidence that decides whether a conclusion is shown; the
+quotes are sent at once) -> situations (a question about something running out, over
 passages none of whose sentences speaks of running out: the rulebook seems silent, and no
 conclusion is written) -> selection (with `select` on, the LLM names the quoted sentences
 that answer, none meaning the rulebook is silent; off, the deciding sentence and the next
 two likeliest) -> translation (of those, for a question in another language) ->
-conclusion (only when the deciding sentence's confidence reaches `conclude_from`: the LLM
-answers from those quotes alone; a "when can't I X?" question over a chosen rule allowing X
-under a condition gets that condition turned round instead, written by no model:
+conclusion (the LLM answers from those quotes alone, shown and streamed only when the
+deciding sentence's confidence reaches `conclude_from`; a "when can't I X?" question over
+a chosen rule allowing X under a condition gets that condition turned round instead,
+written by no model:
 rewording.unless_frame, and "with N players, how many …?" over a player-count table gets
 its row: tables.row_answer; one the model writes the allowed way round, "X only if C", is
 said as asked, rewording.turned_round) -> checks -> glosses (in a Chinese answer, the
@@ -156,11 +157,11 @@ class Answerer:
         )
         if not concluding:  # a situation no rule names, or a yes/no the model is not trusted
             # with: nothing to select for, the deciding sentences are rendered
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), silent_on or UNTRUSTED_YES_NO
+            chosen, selection_check = list(deciding), silent_on or UNTRUSTED_YES_NO
         elif self.settings.select:
             chosen, selection_check = self._select(question, quoted)
         else:
-            chosen, selection_check = list(deciding[:MOST_CHOSEN]), DECIDING_CHOSEN
+            chosen, selection_check = list(deciding), DECIDING_CHOSEN
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
