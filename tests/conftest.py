@@ -258,3 +258,42 @@ def slow() -> SlowGenerator:
 @pytest.fixture
 def slow_pipeline(pipeline: Pipeline, slow: SlowGenerator) -> Pipeline:
     return Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=slow)
+
+
+# --- Browser (tests marked `browser`): Debian's Chromium driven by Playwright -------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module (Playwright gives it a fresh profile folder)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context()  # no cookies or storage shared between tests
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()

@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from conftest import CHROMIUM
 
 from rag.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from conftest import ScriptedGenerator, SlowGenerator
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 QUESTION = "How much HP does each player start with?"
 
 pytestmark = [
@@ -35,30 +23,6 @@ pytestmark = [
         reason="needs Debian's Chromium at /usr/bin/chromium (apt-get install chromium)",
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for the module (Playwright gives it a fresh profile folder)."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context()  # no cookies or storage shared between tests
-    context.set_default_timeout(15_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 def asked_bodies(page: Any) -> list[dict[str, Any]]:
@@ -82,7 +46,7 @@ def ask(page: Any, question: str, game: str = "suros") -> None:
     page.click(".rk-ask")
 
 
-def test_streams_the_answer_and_opens_cited_passages(
+def test_streams_the_answer_and_opens_cited_sections(
     page: Any, serve_api: Any, pipeline: Pipeline
 ) -> None:
     url = serve_api(pipeline)
@@ -98,18 +62,22 @@ def test_streams_the_answer_and_opens_cited_passages(
     assert labels == [f"[{c['n']}] {c['section']}" for c in expected["citations"]]
     assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
 
-    marker = page.locator(".rk-answer .rk-marker").first  # a marker in the answer text
+    # A marker in the answer text opens its section, its deciding sentence marked.
+    marker = page.locator(".rk-answer .rk-marker").first
     n = int(marker.inner_text().strip("[]"))
-    cited = next(c for c in expected["citations"] if c["n"] == n)
-    section = httpx.get(f"{url}/v1/games/suros/sections/{cited['chunk_id']}").json()
+    quote = next(q for q in expected["quotes"] if q["n"] == n and q["deciding"])
     marker.click()
-    page.wait_for_selector(".rk-passage-where")
-    assert page.inner_text(".rk-passage-title") == section["section_path"]
-    assert page.inner_text(".rk-passage-where") == f"Section {section['number']}"
-    shown = page.inner_text(".rk-passage-text")
-    assert " ".join(shown.split()) == " ".join(section["text"].split())
-    page.click(".rk-close")
-    assert page.locator(".rk-passage").is_hidden()
+    mark = page.frame_locator(".rk-frame").locator("mark#rk-quote")
+    assert mark.inner_text() == quote["text"]
+    assert (
+        quote["section"].split(" › ")[-1]
+        in page.frame_locator(".rk-frame").locator("h1").inner_text()
+    )
+    assert page.locator(".rk-chat").is_hidden()
+    page.click(".rk-back")
+    assert page.locator(".rk-viewer").is_hidden() and page.locator(".rk-cite").count() == len(
+        labels
+    )
 
 
 def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
@@ -129,7 +97,8 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     assert deciding.inner_text().startswith("“") and deciding.inner_text().endswith("”")
     assert page.inner_text(".rk-answer") == "" and not page.locator(".rk-cite").count()
     page.locator(".rk-rule .rk-marker").first.click()
-    page.wait_for_selector(".rk-passage-text")
+    page.wait_for_selector(".rk-frame:not([hidden])")
+    page.click(".rk-back")
     # The draft streams in, set apart until it is checked.
     assert slow.started.wait(10)
     page.wait_for_function(
@@ -151,7 +120,8 @@ def test_rule_text_then_a_dimmed_draft_then_the_checked_answer(
     assert len(conclusion.split()) == len(slow.rule.split()) + slow.pieces
     assert page.locator(".rk-rule").is_hidden() and page.locator(".rk-draft").is_hidden()
     assert page.inner_text(".rk-draft-text") == ""
-    assert page.locator(".rk-passage").is_visible()
+    page.click(".rk-tab-book")  # the section the reader opened is still there
+    assert page.locator(".rk-frame").is_visible()
 
 
 def test_a_withheld_draft_leaves_only_the_rule_text(
@@ -242,35 +212,56 @@ def test_the_game_that_answered_shows_with_the_citations(
     assert page.evaluate("window.__rkAnswerWithoutCitations") == 0
 
 
+def answered(page: Any, question: str, game: str) -> None:
+    """Ask `question` and wait for its answer's citations."""
+    ask(page, question, game)
+    page.wait_for_function(
+        "q => document.querySelector('.rk-question').textContent === q"
+        " && document.querySelector('.rk-cite')",
+        arg=question,
+    )
+
+
 def test_a_new_game_or_topic_starts_a_new_conversation(
     page: Any, serve_api: Any, pipeline: Pipeline
 ) -> None:
     bodies = asked_bodies(page)
-
-    def answered(question: str, game: str) -> None:
-        ask(page, question, game)
-        page.wait_for_function(
-            "q => document.querySelector('.rk-question').textContent === q"
-            " && document.querySelector('.rk-cite')",
-            arg=question,
-        )
-
     open_demo(page, serve_api(pipeline))
-    answered(QUESTION, "suros")
-    answered("And what if it runs out?", "suros")  # a follow-up: the context is kept
+    answered(page, QUESTION, "suros")
+    answered(page, "And what if it runs out?", "suros")  # the server reads a follow-up
     assert "conversation_id" not in bodies[0] and bodies[1]["conversation_id"].startswith("c_")
     assert page.locator(".rk-follow-up").is_visible()
-    answered("How many cards are in the deck?", "suros")  # reads as a new question
-    assert "conversation_id" not in bodies[2]
+    # The widget sends the conversation and does not guess: the server reads a new topic.
+    answered(page, "How many cards are in the deck?", "suros")
+    assert bodies[2]["conversation_id"] == bodies[1]["conversation_id"]
     assert page.locator(".rk-follow-up").is_hidden()
-    answered("And how does hunger work in Maximum Apocalypse?", "")  # names another game
+    answered(page, "And how does hunger work in Maximum Apocalypse?", "")  # "Any game" chosen
     assert "conversation_id" not in bodies[3] and "game" not in bodies[3]
     assert page.inner_text(".rk-answered") == "Game: Maximum Apocalypse"
-    answered("And how much HP does each player start with?", "suros")  # "Any game" -> Suros
+    answered(page, "And how much HP does each player start with?", "suros")  # "Any game" -> Suros
     assert "conversation_id" not in bodies[4] and bodies[4]["game"] == "suros"
     page.click(".rk-new")  # also forgets the game chosen
     assert page.eval_on_selector(".rk-game", "s => s.value") == ""
     assert page.locator(".rk-answered").is_hidden()
+
+
+def test_a_second_unrelated_chinese_question_is_answered_fresh(
+    page: Any, serve_api: Any, pipeline: Pipeline
+) -> None:
+    bodies = asked_bodies(page)
+    url = serve_api(pipeline)
+    open_demo(page, url)
+    game = "maximum-apocalypse"
+    answered(page, "怪物生成在玩家格，是立刻激活吗？", game)
+    answered(page, "手牌上限是多少？", game)  # no space in it, and no word referring back
+    assert bodies[1]["conversation_id"].startswith("c_")  # sent with its conversation
+    assert page.locator(".rk-follow-up").is_hidden()
+    fresh = httpx.post(f"{url}/v1/ask", json={"question": "手牌上限是多少？", "game": game}).json()
+    cited = page.locator(".rk-citations .rk-cite").all_inner_texts()
+    assert cited == [f"[{c['n']}] {c['section']}" for c in fresh["citations"]]
+    answered(page, "那如果手牌超过上限呢？", game)  # refers back
+    assert bodies[2]["conversation_id"] == bodies[1]["conversation_id"]
+    assert page.locator(".rk-follow-up").is_visible()
 
 
 def test_labels_in_the_visitors_language(page: Any, serve_api: Any, pipeline: Pipeline) -> None:
@@ -290,7 +281,8 @@ def test_labels_in_the_visitors_language(page: Any, serve_api: Any, pipeline: Pi
     ask(page, "Suros 每个玩家开始时有多少生命值？")
     page.wait_for_selector(".rk-cite")
     assert page.inner_text(".rk-answered") == "游戏：Suros"
+    assert page.locator(".rk-tab").all_inner_texts() == ["对话", "规则书"]
     page.locator(".rk-cite").first.click()
-    page.wait_for_selector(".rk-passage-where")
-    assert page.inner_text(".rk-passage-where").startswith("第 ")
-    assert page.inner_text(".rk-close") == "关闭"
+    page.wait_for_selector(".rk-frame:not([hidden])")
+    assert page.inner_text(".rk-back") == "← 返回对话"
+    assert page.inner_text(".rk-to-contents") == "目录"

@@ -51,6 +51,18 @@ _BULLETS = frozenset("•●▪◦‣·-–")
 _LIGATURES = ("fi", "fl", "ff", "ffi", "ffl")
 
 
+@dataclass(frozen=True)
+class Glyph:
+    """One character as drawn (a restored ligature is its letters), where it stands on the
+    page, in points from the top left."""
+
+    text: str
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+
+
 @dataclass
 class _Word:
     text: str
@@ -60,6 +72,7 @@ class _Word:
     bottom: float
     size: float
     bold: bool
+    glyphs: list[Glyph] = field(default_factory=list)
 
 
 @dataclass
@@ -173,6 +186,7 @@ def _words(page: Any) -> list[_Word]:
                 bottom=word["bottom"],
                 size=_majority((round(c["size"], 1), 1) for c in glyphs),
                 bold=_majority((_is_bold(c["fontname"]), 1) for c in glyphs),
+                glyphs=[Glyph(c["text"], c["x0"], c["top"], c["x1"], c["bottom"]) for c in glyphs],
             )
         )
     return words
@@ -299,6 +313,14 @@ def _page_lines(page: Any, number: int, body_size: float) -> list[_Line]:
     return _reading_order(lines)
 
 
+def glyph_lines(page: Any, body_size: float) -> list[list[Glyph]]:
+    """A pdfplumber page's lines in the reader's order, each as its glyphs: where each
+    character of the text `read_pdf` gives stands on the page."""
+    return [
+        [g for word in line.words for g in word.glyphs] for line in _page_lines(page, 0, body_size)
+    ]
+
+
 def _join_drop_caps(words: list[_Word], body_size: float) -> list[_Word]:
     """A large lone letter ("L") is the first letter of the word beside it ("ondon")."""
     kept = []
@@ -315,6 +337,7 @@ def _join_drop_caps(words: list[_Word], body_size: float) -> list[_Word]:
         if is_cap and beside:
             first = min(beside, key=lambda w: (round(w.top), w.x0))
             first.text = cap.text + first.text
+            first.glyphs = cap.glyphs + first.glyphs
         else:
             kept.append(cap)
     return kept
@@ -557,7 +580,8 @@ def _bookmark_page(pdf: Any, dest: Any, action: Any) -> int | None:
 # ---------------------------------------------------------------- the book
 
 
-def _body_size(pages: Sequence[Any]) -> float:
+def body_size(pages: Sequence[Any]) -> float:
+    """The size most of the pages' text is set in."""
     counts: Counter[float] = Counter(
         round(c["size"], 1) for page in pages for c in page.chars if c["text"].strip()
     )
@@ -572,7 +596,7 @@ def read_pdf(path: Path) -> list[list[str]]:
     logging.getLogger("pdfminer").setLevel(logging.ERROR)
     try:
         with pdfplumber.open(path) as pdf:
-            body = _body_size(pdf.pages)
+            body = body_size(pdf.pages)
             lines = [
                 line
                 for number, page in enumerate(pdf.pages, start=1)
