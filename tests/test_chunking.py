@@ -294,6 +294,41 @@ def test_chinese_sections_and_glossary() -> None:
     ]
 
 
+def test_chinese_numbered_headings_nest_by_rank(tmp_path: Path) -> None:
+    path = tmp_path / "mahjong.txt"
+    path.write_text(
+        "第一章 基本规则\n一、总则\n本规则适用于四人对局。\n二、摸牌与出牌\n（一）摸牌\n"
+        "轮到你时，从牌墙摸一张牌。\n1、补花\n摸到花牌时立即补一张。\n1.1 补花的时机\n"
+        "只有摸牌以后才能补花。\n2、杠后摸牌\n开杠后从牌墙尾部摸一张牌。\n（二）出牌\n"
+        "摸牌后打出一张牌。\n第二章 计分\n第3条\n和牌后计算番数。\n",
+        encoding="utf-8",
+    )
+    game = GameInfo("mahjong", "麻将", (), "zh", "", path)
+    chapter, draw_and_play, draw = "第一章 基本规则", "二、摸牌与出牌", "（一）摸牌"
+    assert [c.section[1:] for c in _chunk_book(game)] == [
+        (chapter, "一、总则"),
+        (chapter, draw_and_play, draw),
+        (chapter, draw_and_play, draw, "1、补花"),
+        (chapter, draw_and_play, draw, "1、补花", "1.1 补花的时机"),
+        (chapter, draw_and_play, draw, "2、杠后摸牌"),
+        (chapter, draw_and_play, "（二）出牌"),
+        ("第二章 计分", "第3条"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "一、每位玩家开始时摸13张牌。",  # a sentence: its full stop
+        "第3条 每位玩家摸13张牌，然后出牌",  # a clause: its comma
+        "（一）轮到你时必须先摸一张牌然后才能打出一张手牌",  # too long for a title
+    ],
+)
+def test_a_numbered_sentence_is_not_a_heading(line: str) -> None:
+    doc, game = _synthetic(f"一、总则\n{line}\n本规则适用于四人对局。", title="麻将")
+    assert [c.section for c in chunk_document(doc, game)] == [("麻将", "一、总则")]
+
+
 def test_document_of_another_game_is_refused() -> None:
     doc, game = _synthetic("Setup\nTake a board.")
     other = GameInfo("suros", "Suros", (), "en", "", Path("x"))

@@ -266,6 +266,26 @@ def test_folder_page_reads_as_the_file_alone(tmp_path: Path) -> None:
     assert load_document(tmp_path / "wiki", "g").text.split("\n") == alone
 
 
+def test_a_text_page_in_a_folder_has_its_chinese_numbered_headings(tmp_path: Path) -> None:
+    folder = tmp_path / "wiki"
+    folder.mkdir()
+    (folder / "1-rules.txt").write_text(
+        "第一章 基本规则\n一、总则\n四人对局。\n（一）摸牌\n摸一张牌。\n"
+        "二、计分\n一、和牌后计番。\n",
+        encoding="utf-8",
+    )
+    assert load_document(folder, "g").text.split("\n") == [
+        "# Rules",
+        "## 第一章 基本规则",
+        "### 一、总则",
+        "四人对局。",
+        "#### （一）摸牌",
+        "摸一张牌。",
+        "### 二、计分",
+        "一、和牌后计番。",  # a sentence, not a heading
+    ]
+
+
 def test_folder_without_pages_names_every_kind_it_reads(tmp_path: Path) -> None:
     (tmp_path / "pics").mkdir()
     (tmp_path / "pics" / "a.png").write_bytes(b"\x89PNG")

@@ -28,14 +28,33 @@ def _problems(report: IngestReport) -> list[str]:
 def test_the_counts_of_a_small_rulebook(settings: Settings, rulebook: Path) -> None:
     report = Pipeline(settings, embedder=FakeEmbedder()).add_book(rulebook, "Pebble Race").report
 
-    # 8 + 18 + 8 words of rules and 5 of headings (the title's two included).
-    assert report == IngestReport("pebble-race", None, 3, 3, 39, "en", ())
+    # 8 + 18 + 8 words of rules and 5 of headings (the title's two included); a sentence in
+    # the first and last sections, two in the second.
+    assert report == IngestReport("pebble-race", None, 3, 4, 3, 39, 0, "en", ())
 
 
-def test_a_chinese_rulebook_is_reported_as_chinese(tmp_path: Path) -> None:
+def test_a_chinese_rulebook_is_measured_in_characters(tmp_path: Path) -> None:
     path = tmp_path / "pebble.txt"
-    path.write_text("准备\n每位玩家拿五颗石子和一个杯子。\n胜利\n最先用完手中石子的玩家获胜。\n")
-    assert _report(path).language == "zh"
+    path.write_text(
+        "一、准备\n每位玩家拿五颗石子和一个杯子，然后坐好。\n二、胜利\n最先用完手中石子的玩家获胜。\n",
+        encoding="utf-8",
+    )
+    report = _report(path)
+    assert report.language == "zh"
+    assert (report.sections, report.sentences, report.passages) == (2, 2, 2)
+    # 一准备 3, 每位玩家拿五颗石子和一个杯子然后坐好 18, 二胜利 3, 最先用完手中石子的玩家获胜 13.
+    assert report.characters == 37
+
+
+@pytest.mark.parametrize(("codec", "encoding"), [("gbk", "GB18030"), ("utf-16-le", "UTF-16LE")])
+def test_a_rulebook_not_in_utf8_is_reported_with_its_encoding(
+    tmp_path: Path, codec: str, encoding: str
+) -> None:
+    path = tmp_path / "pebble.txt"
+    path.write_bytes("准备\n每位玩家拿五颗石子和一个杯子。\n".encode(codec))
+    report = _report(path)
+    assert _problems(report) == ["encoding"]
+    assert f"pebble.txt as {encoding}" in report.warnings[0].message
 
 
 def test_the_built_in_rulebooks_raise_no_warning(settings: Settings) -> None:

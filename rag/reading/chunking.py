@@ -1,10 +1,14 @@
 """Section-aware chunking of a flattened rulebook.
 
-Headings come in four shapes: '#' lines (levels stated by ingest), numbered steps
-("3. Player Actions", "1: Spawn Monsters"), ALL-CAPS short lines ("PLAYER ACTIONS") and
-Title-case short lines ("Playing the Game", "Stealth test"). Their nesting is inferred:
+Headings come in five shapes: '#' lines (levels stated by ingest), Chinese numbered
+headings ("第一章 基本规则", "一、总则", "（一）摸牌", "1.1 出牌": rag.reading.numbering),
+numbered steps ("3. Player Actions", "1: Spawn Monsters", "1、摸牌"), ALL-CAPS short lines
+("PLAYER ACTIONS") and Title-case short lines ("Playing the Game", "Stealth test"). Their
+nesting is inferred:
 
 - '#' headings sit at their stated level;
+- a Chinese numbered heading closes the open ones of its rank or a deeper one (第…章 holds
+  一、, which holds （一）, then steps, then 1.1) and nests under the rest;
 - a heading directly followed by another heading is a parent of what follows, until a
   later parent or a '#' heading closes it. When both have the same shape (two ALL-CAPS
   lines), nothing in flattened text tells how far the parent reaches, so it holds only the
@@ -41,9 +45,10 @@ from itertools import pairwise
 from typing import Literal
 
 from rag.lang import CJK_RE, STOPWORDS, detect_lang, sentence_spans
+from rag.reading.numbering import STEP_RANK, numbered_rank
 from rag.types import Chunk, ChunkKind, Document, GameInfo
 
-CHUNKER_VERSION = "7"  # 7: Chinese lines joined without a space; escapes and entities resolved
+CHUNKER_VERSION = "8"  # 8: Chinese numbered headings ranked
 
 _TERMINAL = (".", "!", "?", ")", '"', "”", "。", "！", "？", "）")
 _MAX_HEADING_CHARS = 60
@@ -51,7 +56,7 @@ _MAX_HEADING_WORDS = 8
 _MIN_GLOSSARY_RUN = 3
 
 _MD_RE = re.compile(r"^(#{1,6})\s+(.+)$")
-_STEP_RE = re.compile(r"^(\d{1,2})(?:[.:)]|\s[-–])\s*(\S.*)$")
+_STEP_RE = re.compile(r"^(\d{1,2})(?:[.:)、．]|\s[-–])\s*(\S.*)$")
 _CALLOUT_RE = re.compile(r"^[A-Z]\.\s")  # "A. Card Type": labels of a picture's parts
 _CJK_SENTENCE_MARKS = re.compile(r"[。，；！？：]")
 _MINOR_WORD_LIST = "a an the and or of to in on for with vs vs. at by from your & / -"
@@ -85,6 +90,7 @@ class _Heading:
     title: str
     md_level: int = 0  # from '#' marks; 0 when the level is inferred
     number: int | None = None  # a numbered step's number
+    rank: int | None = None  # a Chinese numbered heading's rank (rag.reading.numbering)
 
 
 # ---------------------------------------------------------------- line shapes
@@ -168,6 +174,8 @@ def _heading(text: str, *, marked_only: bool = False) -> _Heading | None:
         or _entry_term(text)
     ):
         return None
+    if (rank := numbered_rank(text)) is not None:
+        return _Heading(text.rstrip(":：").strip(), rank=rank)
     if step := _STEP_RE.match(text):
         return _Heading(text, number=int(step.group(1))) if _is_step_title(step.group(2)) else None
     title = text.rstrip(":：").strip()
@@ -221,13 +229,15 @@ def _is_game_title(title: str, game: GameInfo) -> bool:
 
 # ---------------------------------------------------------------- outline
 
-_FrameKind = Literal["md", "parent", "minor", "step"]
-_Shape = Literal["md", "step", "caps", "title", "phrase"]
+_FrameKind = Literal["md", "numbered", "parent", "minor", "step"]
+_Shape = Literal["md", "numbered", "step", "caps", "title", "phrase"]
 
 
 def _shape(heading: _Heading) -> _Shape:
     if heading.md_level:
         return "md"
+    if heading.rank is not None:
+        return "numbered"
     if heading.number is not None:
         return "step"
     if _is_all_caps(heading.title):
@@ -242,6 +252,7 @@ class _Frame:
     kind: _FrameKind
     open_list: bool = False  # a step whose list continues with a later step
     reach_unknown: bool = False  # a parent followed by a heading of its own shape
+    rank: int = 0  # a numbered heading's rank
 
 
 class _Outline:
@@ -264,6 +275,18 @@ class _Outline:
         closes_unknown_reach = not self.fresh and not repeat
         if heading.number is not None:
             self._add_step(heading.title, heading.number, has_next, closes_unknown_reach)
+        elif heading.rank is not None:
+            # Its rank says how far it reaches: no guess from what follows it.
+            rank = heading.rank
+            self._pop(
+                lambda f: (
+                    f.kind == "minor"
+                    or (f.kind == "numbered" and f.rank >= rank)
+                    or (f.kind == "step" and rank < STEP_RANK)
+                    or (closes_unknown_reach and f.reach_unknown)
+                )
+            )
+            self._push(heading.title, "numbered", rank=rank)
         elif heading.md_level:
             self._pop(lambda f: f.level >= heading.md_level)
             self._push(heading.title, "md", level=heading.md_level)
@@ -289,7 +312,11 @@ class _Outline:
             self.stack = list(self._list_owner)
         else:
             self._pop(
-                lambda f: f.kind in ("minor", "step") or (closes_unknown_reach and f.reach_unknown)
+                lambda f: (
+                    f.kind in ("minor", "step")
+                    or (f.kind == "numbered" and f.rank > STEP_RANK)
+                    or (closes_unknown_reach and f.reach_unknown)
+                )
             )
             self._list_owner = list(self.stack)
         self._list_last = number
@@ -307,9 +334,10 @@ class _Outline:
         level: int = 0,
         open_list: bool = False,
         reach_unknown: bool = False,
+        rank: int = 0,
     ) -> None:
         level = level or (self.stack[-1].level + 1 if self.stack else 1)
-        self.stack.append(_Frame(title, level, kind, open_list, reach_unknown))
+        self.stack.append(_Frame(title, level, kind, open_list, reach_unknown, rank))
 
 
 # ---------------------------------------------------------------- sections

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from rag.errors import CorpusError, GameNotFoundError
 from rag.types import GameInfo
 
 MANIFEST = "manifest.toml"
+# In a book's folder from before its files are written until its passages are indexed: a
+# book still holding it was interrupted (killed mid-build), and is left out until finished.
+INCOMPLETE = ".adding"
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -86,14 +90,38 @@ def same_name(a: str, b: str) -> bool:
     return _normalise(a) == _normalise(b)
 
 
+def incomplete_note(game: GameInfo) -> str:
+    """What to say of a book whose adding was interrupted."""
+    return (
+        f"Adding {game.title} ({game.slug}) was interrupted before it was indexed, so it is "
+        f"left out: finish with `rules index` or `rules remove {game.slug}`."
+    )
+
+
+def is_incomplete(folder: Path) -> bool:
+    return (folder / INCOMPLETE).exists()
+
+
+def mark_incomplete(folder: Path, incomplete: bool = True) -> None:
+    marker = folder / INCOMPLETE
+    if incomplete:
+        marker.touch()
+    else:
+        marker.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class Corpus:
     games: tuple[GameInfo, ...]
+    # Books whose adding was interrupted before they were indexed: not among the games, so
+    # that no command re-embeds them unasked (`with_incomplete` takes them in).
+    incomplete: tuple[GameInfo, ...] = ()
 
     @classmethod
     def load(cls, *folders: tuple[Path, bool]) -> Corpus:
         """Load every game folder under each (root, builtin) pair; slugs must be unique."""
         games: list[GameInfo] = []
+        incomplete: list[GameInfo] = []
         seen: dict[str, Path] = {}
         for root, builtin in folders:
             if not root.is_dir():
@@ -105,8 +133,15 @@ class Corpus:
                         f"Duplicate slug {game.slug!r} in {folder} and {seen[game.slug]}."
                     )
                 seen[game.slug] = folder
-                games.append(game)
-        return cls(tuple(games))
+                (incomplete if is_incomplete(folder) else games).append(game)
+        return cls(tuple(games), tuple(incomplete))
+
+    def with_incomplete(self, slugs: Collection[str] | None = None) -> Corpus:
+        """This corpus with the interrupted additions among `slugs` (None: all of them)
+        counted among the games, in load order."""
+        taken = [g for g in self.incomplete if slugs is None or g.slug in slugs]
+        games = sorted((*self.games, *taken), key=lambda g: (not g.builtin, g.path.parent.name))
+        return Corpus(tuple(games), tuple(g for g in self.incomplete if g not in taken))
 
     @property
     def slugs(self) -> list[str]:
@@ -139,11 +174,15 @@ class Corpus:
         if partial:
             names = ", ".join(g.title for g in partial)
             raise GameNotFoundError(f"{name!r} could mean several games ({names}).", self.slugs)
+        for game in self.incomplete:
+            if by_slug == game.slug or any(_normalise(n) == wanted for n in game.names()):
+                raise GameNotFoundError(incomplete_note(game), self.slugs)
         raise GameNotFoundError(f"Unknown game {name!r}.", self.slugs)
 
     def holder_of(self, name: str) -> tuple[GameInfo, str] | None:
-        """The game that already uses `name` (as names are compared), with the name it uses."""
-        for game in self.games:
+        """The game that already uses `name` (as names are compared), with the name it uses;
+        an interrupted addition holds its names too."""
+        for game in (*self.games, *self.incomplete):
             for held in game.names():
                 if same_name(held, name):
                     return game, held

@@ -20,6 +20,7 @@ written as one Markdown book: what `rules add` keeps, and what a folder reads as
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import html
 import re
@@ -29,6 +30,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from rag.errors import IngestError
+from rag.reading.numbering import numbered_rank
 from rag.reading.pdf import read_pdf
 from rag.types import Document, PageSpan
 
@@ -39,49 +41,83 @@ _Line = tuple[int, str]  # (page, text); page 0 for formats without pages
 # ---------------------------------------------------------------- decoding
 
 _BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
+    (codecs.BOM_UTF32_LE, "utf-32", "UTF-32LE"),
+    (codecs.BOM_UTF32_BE, "utf-32", "UTF-32BE"),
+    (codecs.BOM_UTF8, "utf-8-sig", None),
+    (codecs.BOM_UTF16_LE, "utf-16", "UTF-16LE"),
+    (codecs.BOM_UTF16_BE, "utf-16", "UTF-16BE"),
 )
 _CJK_TEXT_RE = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
+# What a rulebook is written with: whitespace, Latin letters and punctuation, common Chinese
+# characters and their punctuation. Bytes decoded in the wrong byte order land mostly
+# elsewhere (rare ideographs, Hangul, private use, unassigned code points).
+_PLAIN_TEXT_RE = re.compile(
+    r"[\t\n\r\x20-\x7e\u00a0-\u024f\u2000-\u206f\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
+)
+_MIN_PLAIN_SHARE = 0.9
 
 
-def _decode(data: bytes, path: Path) -> str:
-    """UTF-8 (with or without BOM), UTF-16/32 with a BOM, or GB18030 Chinese text."""
-    for bom, encoding in _BOMS:
+def _decode(data: bytes, path: Path) -> tuple[str, str | None]:
+    """The text, and the encoding it was read in when that is not UTF-8: UTF-8 (with or
+    without BOM), UTF-16/32 with a BOM, UTF-16 without one, or GB18030 (GBK) Chinese text."""
+    for bom, codec, name in _BOMS:
         if data.startswith(bom):
             try:
-                return data.decode(encoding)
+                return data.decode(codec), name
             except UnicodeDecodeError as exc:
                 raise IngestError(
-                    f"{path} starts with a {encoding} byte-order mark but is damaged: {exc}."
+                    f"{path} starts with a {name or 'UTF-8'} byte-order mark but is damaged: {exc}."
                 ) from exc
-    if b"\x00" in data:  # valid UTF-8, but never in a text file
+    if b"\x00" not in data:  # valid UTF-8 may hold NUL bytes, but no text file does
+        with contextlib.suppress(UnicodeDecodeError):
+            return data.decode("utf-8"), None
+    for guess in (_try_utf16, _try_gb18030):
+        if found := guess(data):
+            return found
+    if b"\x00" in data:
         raise IngestError(
-            f"{path} is not a text file (it holds NUL bytes): it may be binary, or UTF-16 "
-            "without a byte-order mark. Save it as UTF-8 text."
+            f"{path} is not a text file (it holds NUL bytes, yet does not read as UTF-16): "
+            "it may be binary. Save it as UTF-8 text."
         )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        utf8_error = exc
-    gb_text = _try_gb18030(data)
-    if gb_text is not None:
-        return gb_text
-    guess = _guess_single_byte(data)
+    single = _guess_single_byte(data)
     hint = (
-        f"It looks like {guess}; convert it with "
-        f"`iconv -f {guess} -t UTF-8 {path.name} > {path.stem}-utf8{path.suffix}`."
-        if guess
+        f"It looks like {single}; convert it with "
+        f"`iconv -f {single} -t UTF-8 {path.name} > {path.stem}-utf8{path.suffix}`."
+        if single
         else "Its encoding is unknown (or the file is binary); save it as UTF-8 text."
     )
-    raise IngestError(f"{path} is not UTF-8 text (bad byte at offset {utf8_error.start}). {hint}")
+    raise IngestError(f"{path} is not UTF-8 text, nor UTF-16 or GB18030 (Chinese). {hint}")
 
 
-def _try_gb18030(data: bytes) -> str | None:
-    """Chinese text in GB18030/GBK, if the bytes decode to mostly Chinese characters."""
+def _plain_share(text: str) -> float:
+    return len(_PLAIN_TEXT_RE.findall(text)) / len(text) if text else 0.0
+
+
+def _try_utf16(data: bytes) -> tuple[str, str] | None:
+    """UTF-16 text without a byte-order mark, in the byte order that reads as text."""
+    if len(data) % 2:
+        return None
+    # A Latin character puts a NUL in its first byte (big-endian) or its second.
+    nul_first, nul_second = data[0::2].count(0), data[1::2].count(0)
+    orders = [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE")]
+    if nul_first != nul_second:
+        orders = orders[:1] if nul_second > nul_first else orders[1:]
+    readings = []
+    for codec, name in orders:
+        try:
+            text = data.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        readings.append((_plain_share(text), text, name))
+    if not readings:
+        return None
+    share, text, name = max(readings)
+    return (text, name) if share >= _MIN_PLAIN_SHARE else None
+
+
+def _try_gb18030(data: bytes) -> tuple[str, str] | None:
+    """Chinese text in GB18030 (or GBK, GB2312, its subsets), if the bytes decode to mostly
+    Chinese characters."""
     try:
         text = data.decode("gb18030")
     except UnicodeDecodeError:
@@ -89,7 +125,7 @@ def _try_gb18030(data: bytes) -> str | None:
     foreign = [c for c in text if ord(c) > 127]
     chinese = sum(1 for c in foreign if _CJK_TEXT_RE.match(c))
     # Latin-1 bytes can pair up into valid but meaningless GB18030 characters.
-    return text if chinese >= 0.9 * len(foreign) else None
+    return (text, "GB18030") if chinese >= _MIN_PLAIN_SHARE * len(foreign) else None
 
 
 def _guess_single_byte(data: bytes) -> str | None:
@@ -263,16 +299,29 @@ def _escape_markdown(text: str, *, heading: bool = False) -> str:
 def _as_markdown(lines: list[str], *, headings: bool = True) -> list[str]:
     """Lines of a Document (headings, items, paragraphs) as Markdown blocks that read back
     as the same lines: how a folder's .rst, .txt and .html pages join its Markdown book.
-    Without `headings` (text pages), a line starting with '#' stays text."""
+    Without `headings` (text pages), a line starting with '#' stays text, and the headings
+    are the Chinese numbered lines ("一、总则", "（一）摸牌"), their levels in rank order."""
+    cleaned = _clean(lines)
+    numbered = {} if headings else _numbered_levels(cleaned)
     blocks = []
-    for line in _clean(lines):
-        if headings and (heading := _MD_HEADING_LINE_RE.match(line)):
+    for i, line in enumerate(cleaned):
+        if i in numbered:
+            blocks.append(f"{'#' * numbered[i]} {_escape_markdown(line, heading=True)}")
+        elif headings and (heading := _MD_HEADING_LINE_RE.match(line)):
             blocks.append(f"{heading.group(1)} {_escape_markdown(heading.group(2), heading=True)}")
         elif item := _MD_ITEM_LINE_RE.match(line):
             blocks.append(item.group(1) + _escape_markdown(item.group(2)))
         else:
             blocks.append(_escape_markdown(line))
     return blocks
+
+
+def _numbered_levels(lines: list[str]) -> dict[int, int]:
+    """The numbered heading lines' Markdown levels: the page's highest rank at level 2,
+    under the page's title (its first "第一章" is no title of the whole page)."""
+    ranks = {i: rank for i, line in enumerate(lines) if (rank := numbered_rank(line)) is not None}
+    order = sorted(set(ranks.values()))
+    return {i: min(order.index(rank) + 2, 6) for i, rank in ranks.items()}
 
 
 # ---------------------------------------------------------------- reStructuredText
@@ -784,10 +833,10 @@ def _folder_pages(folder: Path) -> list[Path]:
     return sorted(pages, key=lambda p: _natural_key(p.relative_to(folder)))
 
 
-def _page_markdown(path: Path) -> tuple[str | None, list[str]]:
-    """A page as Markdown lines, and the title it gives itself (a first-level heading on
-    its first line) taken out of them."""
-    text = _decode(path.read_bytes(), path)
+def _page_markdown(path: Path) -> tuple[str | None, list[str], str | None]:
+    """A page as Markdown lines, the title it gives itself (a first-level heading on its
+    first line) taken out of them, and its encoding when it is not UTF-8."""
+    text, encoding = _decode(path.read_bytes(), path)
     suffix = path.suffix.lower()
     if suffix in _MARKDOWN_SUFFIXES:
         lines = text.splitlines()
@@ -800,9 +849,9 @@ def _page_markdown(path: Path) -> tuple[str | None, list[str]]:
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     own = _ATX_RE.match(lines[first]) if first is not None else None
     if first is None or not own or own.group(1) != "#":
-        return None, lines
+        return None, lines, encoding
     del lines[first]
-    return own.group(2), lines
+    return own.group(2), lines, encoding
 
 
 def markdown_folder(folder: Path) -> str:
@@ -810,9 +859,14 @@ def markdown_folder(folder: Path) -> str:
 
     Pages are Markdown, reStructuredText, HTML or text files, in any mix. A page's own
     first-level heading names its section (else its file name does); its other headings
-    move under it. Text pages have no headings. Hidden files and folders, and those whose
-    name starts with '_', are skipped.
+    move under it. Text pages have only Chinese numbered headings. Hidden files and
+    folders, and those whose name starts with '_', are skipped.
     """
+    return _folder_book(folder)[0]
+
+
+def _folder_book(folder: Path) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The folder as one Markdown book, and (page, encoding) for each page not in UTF-8."""
     pages = _folder_pages(folder)
     if not pages:
         raise IngestError(
@@ -821,11 +875,14 @@ def markdown_folder(folder: Path) -> str:
             "rulebook file itself."
         )
     parts = []
+    encodings = []
     for path in pages:
-        own_title, lines = _page_markdown(path)
+        own_title, lines, encoding = _page_markdown(path)
         title = own_title or _escape_markdown(_file_title(path), heading=True)
         parts.append("\n".join([f"# {title}", "", *_headings_below_title(lines)]).strip())
-    return "\n\n".join(parts) + "\n"
+        if encoding:
+            encodings.append((str(path.relative_to(folder)), encoding))
+    return "\n\n".join(parts) + "\n", tuple(encodings)
 
 
 # ---------------------------------------------------------------- normalising
@@ -919,7 +976,13 @@ def _strip_chrome(lines: list[_Line]) -> list[_Line]:
 
 
 def _assemble(
-    game: str, path: Path, pages: list[list[str]], *, paged: bool, marked: bool
+    game: str,
+    path: Path,
+    pages: list[list[str]],
+    *,
+    paged: bool,
+    marked: bool,
+    encodings: tuple[tuple[str, str], ...] = (),
 ) -> Document:
     cleaned = [_clean(page) for page in pages]
     lines = [
@@ -937,6 +1000,7 @@ def _assemble(
         source=str(path),
         pages=_page_spans(lines, len(text)),
         headings_marked=marked and any(t.startswith("#") for _, t in lines),
+        encodings=encodings,
     )
 
 
@@ -965,8 +1029,9 @@ def load_document(path: Path, game: str) -> Document:
     if not path.exists():
         raise IngestError(f"Rulebook file {path} does not exist: check the path.")
     if path.is_dir():
-        lines = _markdown_lines(markdown_folder(path))
-        return _assemble(game, path, [lines], paged=False, marked=True)
+        book, encodings = _folder_book(path)
+        lines = _markdown_lines(book)
+        return _assemble(game, path, [lines], paged=False, marked=True, encodings=encodings)
     if not path.is_file():
         raise IngestError(f"{path} is not a file: give the rulebook file itself.")
     suffix = path.suffix.lower()
@@ -983,5 +1048,12 @@ def load_document(path: Path, game: str) -> Document:
         raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
     if not data.strip():
         raise IngestError(f"{path} is empty: it holds no rules text.")
-    lines = _TEXT_FORMATS[suffix](_decode(data, path))
-    return _assemble(game, path, [lines], paged=False, marked=suffix != ".txt")
+    text, encoding = _decode(data, path)
+    return _assemble(
+        game,
+        path,
+        [_TEXT_FORMATS[suffix](text)],
+        paged=False,
+        marked=suffix != ".txt",
+        encodings=((path.name, encoding),) if encoding else (),
+    )

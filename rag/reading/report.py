@@ -1,6 +1,9 @@
 """What was read from an added rulebook, and warnings when the reading looks wrong.
 
-Three failures leave a rulebook that answers badly without any error:
+Its length is told as a reader of its language counts it: words in English, characters in
+Chinese (a Chinese sentence has no spaces to count words by). A file that is not UTF-8 was
+read in a guessed encoding, which the report names. Three failures leave a rulebook that
+answers badly without any error:
 
 - little text for its pages: a scanned PDF has pictures of pages, not text (OCR fixes it);
 - one section holding most of the text: its headings were not found, so every answer
@@ -19,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from rag.lang import count_tokens, detect_lang
+from rag.lang import CJK_RE, count_tokens, detect_lang, sentence_spans
 from rag.types import Chunk, Document, IngestReport, IngestWarning
 
 # A page with less text than this (a page number, a caption) is taken as a picture.
@@ -51,6 +54,7 @@ def ingest_report(document: Document, chunks: Sequence[Chunk], pages: int | None
     warnings = [
         warning
         for warning in (
+            _encoding(document),
             _little_text(document, pages),
             _one_section(document, chunks, words),
             _symbols(document),
@@ -63,10 +67,34 @@ def ingest_report(document: Document, chunks: Sequence[Chunk], pages: int | None
         game=document.game,
         pages=pages,
         sections=len(sections),
+        sentences=_sentences(chunks),
         passages=len(chunks),
         words=words,
+        characters=len(CJK_RE.findall(document.text)),
         language=detect_lang(document.text),
         warnings=tuple(warnings),
+    )
+
+
+def _sentences(chunks: Sequence[Chunk]) -> int:
+    """The sentences of the passages' text (headings not counted), each once though
+    neighbouring passages of a long section share some."""
+    spans = {
+        (chunk.start + start, chunk.start + end)
+        for chunk in chunks
+        for start, end in sentence_spans(chunk.text)
+    }
+    return len(spans)
+
+
+def _encoding(document: Document) -> IngestWarning | None:
+    if not document.encodings:
+        return None
+    read = ", ".join(f"{name} as {encoding}" for name, encoding in document.encodings)
+    return IngestWarning(
+        "encoding",
+        f"Not UTF-8: read {read}. If its text looks wrong (`rules show {document.game}`), "
+        "save it as UTF-8 and add it again.",
     )
 
 
