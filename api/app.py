@@ -17,7 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from api.errors import CatchAll, install_error_handlers
 from api.local_state import rulekeeper_version
-from api.routes import ask, chat, games, health, widget
+from api.routes import ask, chat, games, health, pages, widget
 from api.runtime import Runtime
 from api.security import ApiKeys, BodyLimit
 from rag.factory import make_pipeline
@@ -30,6 +30,8 @@ Board-game rules answered from the rulebooks, with the passages cited.
 * `POST /v1/ask` answers (the `rules ask --json` contract); `/v1/ask/stream` streams it.
 * `POST /v1/chat/completions` speaks OpenAI's chat protocol.
 * `/v1/games/...` lists the games and shows their rulebooks passage by passage.
+* `/v1/games/{game}/pages/{n}.png` shows a PDF rulebook's page with a quote highlighted;
+  `/v1/games/{game}/sections/{id}/view` a section as HTML with it marked.
 * `/widget.js` is an embeddable widget; `/demo` shows it.
 
 When the server has API keys, send one as `X-API-Key` or `Authorization: Bearer`: a
@@ -98,6 +100,6 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
             expose_headers=["Retry-After"],
             max_age=600,
         )
-    for module in (health, ask, chat, games, widget):
+    for module in (health, ask, chat, games, pages, widget):
         app.include_router(module.router)
     return app

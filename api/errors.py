@@ -48,9 +48,10 @@ _DESCRIPTIONS = {
     413: "The request body is too large.",
     422: "Invalid request: wrong field types, an empty or too long question, ...",
     429: "Too many requests from this client; see Retry-After.",
-    503: "The server is busy (its model's line is full, or the request waited "
-    "`queue_timeout_s` in it) or still loading; see Retry-After.",
-    504: "Answering took longer than the server's timeout once the model started on it.",
+    503: "The server is busy (even its line for finding rule text, which needs no model, is "
+    "full) or still loading; see Retry-After. A busy model is no 503: the rule text alone "
+    "answers.",
+    504: "Finding the rule text took longer than the server's time limit.",
 }
 
 
@@ -82,7 +83,6 @@ class ApiError(Exception):
         games: list[str] | None = None,
         param: str | None = None,
         retry_after_s: int | None = None,
-        position: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -94,7 +94,6 @@ class ApiError(Exception):
         self.games = games
         self.param = param  # the request field at fault, for OpenAI's shape
         self.retry_after_s = retry_after_s  # in the body too, for clients that hide headers
-        self.position = position  # a busy request's place in line when it gave up
 
     def body(self, *, openai: bool = False) -> dict[str, Any]:
         # OpenAI's shape stays OpenAI's: its clients read Retry-After from the header.
@@ -107,7 +106,7 @@ class ApiError(Exception):
         }
         if not openai:
             error = {"type": self.type, "message": self.message}
-            extra |= {"retry_after_s": self.retry_after_s, "position": self.position}
+            extra["retry_after_s"] = self.retry_after_s
         error.update({name: value for name, value in extra.items() if value is not None})
         return {"error": error}
 
@@ -115,11 +114,9 @@ class ApiError(Exception):
         return JSONResponse(self.body(openai=openai), status_code=self.status, headers=self.headers)
 
 
-def retry_later(
-    status: int, type_: str, message: str, retry_after_s: int, *, position: int | None = None
-) -> ApiError:
+def retry_later(status: int, type_: str, message: str, retry_after_s: int) -> ApiError:
     """429 / 503 errors tell the client when to come back (header and body)."""
-    return ApiError(status, type_, message, retry_after_s=retry_after_s, position=position)
+    return ApiError(status, type_, message, retry_after_s=retry_after_s)
 
 
 def from_pipeline_error(exc: RulekeeperError) -> ApiError:

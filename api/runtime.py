@@ -10,7 +10,7 @@ from typing import Literal
 import anyio
 
 from api.errors import ApiError, retry_later
-from api.runner import ModelRunner
+from api.runner import Lane, Stoppable
 from api.schemas import ModelsState, Readiness
 from api.security import ApiKeys, RateLimiter
 from api.service import AskService
@@ -26,6 +26,9 @@ WARM_UP_QUESTION = "How do I set up the game?"
 # A failed warm-up is tried again after this wait, doubled each time up to the longest.
 WARM_UP_RETRY_S = 2.0
 WARM_UP_LONGEST_RETRY_S = 60.0
+# Questions finding their rule text at once: the embedder encodes one at a time, so a second
+# thread only lets one search while another embeds.
+RULE_TEXT_WORKERS = 2
 
 
 @dataclass
@@ -44,14 +47,15 @@ class Runtime:
     @classmethod
     def build(cls, settings: Settings, pipeline: Pipeline) -> Runtime:
         api = settings.api
-        runner = ModelRunner(api.queue_size)
-        # Rule text alone needs no LLM: its own lane, so it never waits behind the model.
-        quoting = ModelRunner(api.queue_size) if api.rule_text_when_busy else None
+        model = Lane(api.queue_size, name="rulekeeper-model")
+        # The rule text needs no LLM: a lane of its own, so it never waits behind the model.
+        quoting = Lane(api.rule_text_queue_size, workers=RULE_TEXT_WORKERS, name="rulekeeper-quote")
+        pipeline.wrap_generator(Stoppable)  # a reply given up on frees the model at once
         shared = open_state(settings)  # conversations and limits every worker sees
         return cls(
             settings=settings,
             pipeline=pipeline,
-            service=AskService(pipeline, runner, shared.conversations, api, quoting),
+            service=AskService(pipeline, model, quoting, shared.conversations, api),
             keys=ApiKeys.configured(api),
             visitor_limiter=shared.visitor_limiter,
             key_limiter=shared.key_limiter,

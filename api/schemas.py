@@ -7,11 +7,11 @@ public `rules ask --json` contract, plus the conversation id; `QuotesEvent` is t
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rag.settings import MAX_QUESTION_CHARS
 from rag.types import Answer, StreamEvent
 
 if TYPE_CHECKING:
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 CONVERSATION_ID = r"^[A-Za-z0-9_-]{8,64}$"
 MAX_HISTORY = 20
+# The most passages one request may ask for: the API's own bound, below the settings' MAX_K,
+# as what a request costs the shared server grows with them.
+MAX_REQUEST_K = 20
 
 # --- errors ---------------------------------------------------------------------------------
 
@@ -29,11 +32,6 @@ class ErrorDetail(BaseModel):
     games: list[str] | None = Field(None, description="The known games, when none matched.")
     retry_after_s: int | None = Field(
         None, description="429 and 503: seconds to wait before retrying (as `Retry-After`)."
-    )
-    position: int | None = Field(
-        None,
-        description="A busy 503 for a request that waited in line: the calls still ahead of it "
-        "when it gave up.",
     )
 
 
@@ -91,7 +89,7 @@ class OpenAIErrorResponse(BaseModel):
 
 class HistoryTurn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    question: str = Field(max_length=4000, description="An earlier question.")
+    question: str = Field(max_length=MAX_QUESTION_CHARS, description="An earlier question.")
     answer: str = Field(max_length=20_000, description="The answer it got.")
     game: str | None = Field(None, max_length=200, description="Its game, if known.")
 
@@ -112,7 +110,7 @@ class AskRequest(BaseModel):
     )
     question: str = Field(
         min_length=1,
-        max_length=10_000,
+        max_length=MAX_QUESTION_CHARS,
         description="The player's question. The server's `max_question_chars` also applies.",
     )
     game: str | None = Field(
@@ -121,7 +119,7 @@ class AskRequest(BaseModel):
         description="Game title, slug or alias; omitted: detected from the question or the "
         "conversation.",
     )
-    k: int | None = Field(None, ge=1, le=20, description="Passages to retrieve.")
+    k: int | None = Field(None, ge=1, le=MAX_REQUEST_K, description="Passages to retrieve.")
     conversation_id: str | None = Field(
         None,
         pattern=CONVERSATION_ID,
@@ -143,7 +141,13 @@ class AskRequest(BaseModel):
         return self
 
 
+# The answer's parts reject keys they do not declare, so that a key added to
+# `Answer.to_json()` fails every answer until it is declared here, with its description.
+_CONTRACT = ConfigDict(extra="forbid")
+
+
 class CitationOut(BaseModel):
+    model_config = _CONTRACT
     n: int = Field(description="The `[n]` marker in the answer.")
     chunk_id: str
     game: str
@@ -152,20 +156,23 @@ class CitationOut(BaseModel):
 
 
 class QuoteOut(BaseModel):
+    model_config = _CONTRACT
     n: int = Field(description="The `[n]` marker of the quote's passage (its citation).")
     chunk_id: str
     game: str
     section: str = Field(description="Section path, ` › ` joined.")
     page: int | None = Field(description="Rulebook page, for formats with pages.")
     text: str = Field(description="The rulebook sentence, verbatim.")
+    # `translation` and `translation_withheld` name the quote's rendering (Quote.rendering)
+    # as the contract always has: tools parse these names.
     translation: str | None = Field(
-        description="The sentence in the asker's language, when it is not the rulebook's "
-        "and a translation passed the checks."
+        description="The sentence rendered by the model in the asker's language, when it is "
+        "not the rulebook's and the rendering passed the checks."
     )
     translation_withheld: bool = Field(
         False,
-        description="A translation was made but failed the checks, so none is shown: the "
-        "rule text says so in its place.",
+        description="A rendering was made but failed the checks, so none is shown: the rule "
+        "text says so in its place.",
     )
     deciding: bool = Field(
         False,
@@ -175,15 +182,17 @@ class QuoteOut(BaseModel):
 
 
 class CheckOut(BaseModel):
+    model_config = _CONTRACT
     name: str = Field(
         description="What was checked: `quotes`, `selection`, `numbers`, `negation`, "
-        "`markers`, `translation`, `conclusion`, …"
+        "`markers`, `rendering`, `conclusion`, …"
     )
     passed: bool
     detail: str = Field(description="What the check found; may be empty.")
 
 
 class PassageOut(BaseModel):
+    model_config = _CONTRACT
     rank: int
     chunk_id: str
     game: str
@@ -196,6 +205,8 @@ class TimingsOut(BaseModel):
     """Where a request's time went: total_s is queue_s + load_s + the pipeline's own time,
     which is retrieve_s + generate_s and the checks around them."""
 
+    model_config = _CONTRACT
+
     retrieve_s: float
     generate_s: float
     total_s: float
@@ -204,7 +215,11 @@ class TimingsOut(BaseModel):
 
 
 class AskResponse(BaseModel):
+    """`Answer.to_json()` (the `rules ask --json` contract), validated, plus what the API
+    adds: `conversation_id` and `rule_text_only`, and queue and load time in `timings`."""
+
     model_config = ConfigDict(
+        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -265,10 +280,11 @@ class AskResponse(BaseModel):
                     ],
                     "confidence": 0.71,
                     "conversation_id": "c_7Qm2xY9kLp3Z",
+                    "follows_up": "How do I set up the game?",
                     "rule_text_only": False,
                 }
             ]
-        }
+        },
     )
     question: str
     game: str | None = Field(description="Slug of the game answered about.")
@@ -304,11 +320,16 @@ class AskResponse(BaseModel):
     conversation_id: str | None = Field(
         None, description="Pass it back to ask a follow-up; null when `history` was given."
     )
+    follows_up: str | None = Field(
+        None,
+        description="The conversation's earlier question this one was read as following up "
+        "(searched and answered beside it); null for a question taken as a new topic.",
+    )
     rule_text_only: bool = Field(
         False,
-        description="The model was saturated, so the server answered with the verified rule "
-        "text alone and wrote no conclusion (the `api.rule_text_when_busy` setting; a `load` "
-        "check says so too).",
+        description="The model could not be had in time (its line full, a wait past "
+        "`api.queue_timeout_s`, a conclusion past `api.timeout_s`), so the verified rule "
+        "text alone answered, with a line saying so and a failed `load` check.",
     )
 
     @classmethod
@@ -336,7 +357,7 @@ class QuotesEvent(BaseModel):
     def of(cls, event: StreamEvent) -> QuotesEvent:
         return cls(
             text=event.text,
-            quotes=[QuoteOut.model_validate(asdict(q)) for q in event.quotes],
+            quotes=[QuoteOut.model_validate(q.to_json()) for q in event.quotes],
         )
 
 
@@ -399,6 +420,67 @@ class SectionList(BaseModel):
     game: str = Field(description="The game's slug.")
     title: str
     sections: list[SectionOut] = Field(description="The rulebook's passages in reading order.")
+
+
+class HighlightOut(BaseModel):
+    """One line of a quote on its page, as fractions (0 to 1) of the page's width and height
+    from its top left: place it over the image at any size."""
+
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+
+
+class PageOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "game": "time-bomb",
+                    "title": "Time Bomb",
+                    "page": 8,
+                    "pages": 12,
+                    "width": 255.12,
+                    "height": 396.84,
+                    "highlights": [
+                        {"x0": 0.14, "top": 0.176, "x1": 0.799, "bottom": 0.199},
+                        {"x0": 0.144, "top": 0.204, "x1": 0.446, "bottom": 0.227},
+                    ],
+                    "image": "/v1/games/time-bomb/pages/8.png?quote=Prepare+the+Role+cards",
+                }
+            ]
+        }
+    )
+    game: str = Field(description="The game's slug.")
+    title: str
+    page: int = Field(description="The page shown (1-based).")
+    pages: int = Field(description="The book's page count.")
+    width: float = Field(description="The page's width in points.")
+    height: float = Field(description="The page's height in points.")
+    highlights: list[HighlightOut] = Field(
+        description="The quote's boxes, one per line it takes, in reading order; empty "
+        "without a quote."
+    )
+    image: str = Field(description="The page's PNG, the quote highlighted (a relative URL).")
+
+
+class ContentsSectionOut(BaseModel):
+    number: int = Field(description="Its number in the table of contents (a section_id).")
+    title: str = Field(description="The section's own heading.")
+    path: list[str] = Field(description="Heading path, outermost first.")
+    pages: list[int] = Field(description="The pages it spans; empty without pages.")
+    chunk_id: str = Field(description="Its first passage's chunk id.")
+
+
+class ContentsOut(BaseModel):
+    game: str = Field(description="The game's slug.")
+    title: str
+    has_pages: bool = Field(
+        description="A PDF: its pages can be shown as images (`/pages/{n}.png`)."
+    )
+    pages: int | None = Field(description="The book's page count; null without pages.")
+    sections: list[ContentsSectionOut] = Field(description="In reading order.")
 
 
 # --- health ---------------------------------------------------------------------------------
@@ -513,7 +595,7 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = Field(False, description="Stream `chat.completion.chunk` server-sent events.")
     stream_options: StreamOptions | None = None
     game: str | None = Field(None, max_length=200, description="The game, overriding `model`.")
-    k: int | None = Field(None, ge=1, le=20, description="Passages to retrieve.")
+    k: int | None = Field(None, ge=1, le=MAX_REQUEST_K, description="Passages to retrieve.")
 
 
 class AssistantMessage(BaseModel):

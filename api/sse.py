@@ -11,13 +11,13 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from api.errors import ApiError, from_pipeline_error, speaks_openai
-from api.service import AnswerStream, ClientGone, cancelled_on_disconnect
+from api.service import AnswerStream, ClientGone, Place, cancelled_on_disconnect
 from rag.errors import RulekeeperError
 from rag.types import StreamEvent
 
 log = logging.getLogger("rulekeeper.api")
 
-Frames = Callable[[AsyncIterator[StreamEvent]], AsyncIterator[str]]
+Frames = Callable[[AsyncIterator[StreamEvent | Place]], AsyncIterator[str]]
 
 
 def frame(data: Any, event: str | None = None) -> str:
@@ -44,7 +44,9 @@ def _error(exc: Exception) -> ApiError:
 def event_stream(
     request: Request, stream: AnswerStream, frames: Frames, *, error_event: str | None
 ) -> StreamingResponse:
-    """Stream `frames(events)`; an error after the start becomes a last error event."""
+    """Stream `frames(events)`; an error after the start becomes a last error event. When
+    the answer is known before it starts to come without a conclusion (the model's line was
+    full), `Retry-After` says when one could be had."""
 
     async def body() -> AsyncIterator[str]:
         try:
@@ -58,11 +60,10 @@ def event_stream(
         finally:
             stream.cancel()
 
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if stream.retry_after is not None:
+        headers["Retry-After"] = str(stream.retry_after)
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
 
 def sse_doc(description: str, example: str, events: list[str] | None) -> dict[int | str, Any]:

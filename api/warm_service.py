@@ -2,14 +2,15 @@
 127.0.0.1 and a free port, open only to the holder of a per-user token, stopping itself
 after `service.idle_timeout_s` without a request.
 
-    python -m api.warm_service       (`rules ask` and `rules service start` run it)
+    python -P -m api.warm_service --home HOME     (see api.local_state.service_command)
 
-It records itself in the home's state file (api.local_state) once its port is bound, and
-forgets itself when it stops.
+It records itself in the home (api.local_state) once its port is bound, and forgets itself
+when it stops.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import secrets
@@ -17,21 +18,24 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.app import create_app
 from api.local_state import (
+    HOME_OPTION,
     HOST,
+    LOCK_FD_OPTION,
+    SERVICE_MODULE,
     ServiceState,
     remove_state,
     rulekeeper_version,
     settings_fingerprint,
     write_state,
 )
-from rag.pipeline import MAX_QUESTION_CHARS
-from rag.settings import Settings, load_settings
+from rag.settings import MAX_QUESTION_CHARS, Settings, load_settings
 
 log = logging.getLogger("rulekeeper.service")
 
@@ -85,9 +89,17 @@ def _stop_when_idle(server: uvicorn.Server, watch: IdleWatch, idle_timeout_s: fl
             server.should_exit = True
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m {SERVICE_MODULE}")
+    parser.add_argument(HOME_OPTION, required=True, help="The Rulekeeper home it serves.")
+    parser.add_argument(LOCK_FD_OPTION, type=int, help="Closed once recorded (the starter's).")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     settings = load_settings()
+    if settings.home.resolve() != Path(args.home):
+        # Its command line names its home: a service serving another would be stopped by
+        # the wrong home's commands, and missed by its own.
+        parser.error(f"the settings' home is {settings.home}, not {args.home}")
     token = secrets.token_urlsafe(32)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((HOST, 0))  # loopback only; the system picks a free port
@@ -103,6 +115,8 @@ def main() -> None:
         settings=settings_fingerprint(settings),
     )
     write_state(settings.home, state)
+    if args.lock_fd is not None:
+        os.close(args.lock_fd)  # recorded: other commands may look for services again
     log.warning("serving on %s (pid %d)", state.url, state.pid)
     idle = threading.Thread(
         target=_stop_when_idle,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.commands import ask, chat, library, models, serve, service, system
+from cli.commands import ask, chat, keys, library, models, serve, service, system
 from cli.errors import EXIT_CODES_HELP, RulesGroup
 from cli.state import get_state
 from eval.command import register as register_eval
@@ -43,6 +43,7 @@ app.command()(system.doctor)
 app.command()(system.config)
 app.add_typer(models.app, name="models")
 app.command()(serve.serve)
+app.add_typer(keys.app, name="keys")
 app.add_typer(service.app, name="service")
 register_eval(app)
 

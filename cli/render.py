@@ -58,8 +58,8 @@ def _show_answer(ui: Ui, events: Iterator[StreamEvent]) -> Answer:
     with Live(Spinner("dots", "Looking it up…"), console=ui.out, transient=True):
         first = next(events, None)
     # ...then the screen changes only when the answer does: the conclusion is being written
-    # on the same cores, and redrawing the rule text at every spinner frame slowed its first
-    # token by 0.8 s at the median (eval/RESULTS.md, session 11).
+    # on the same cores, and redrawing the rule text at every spinner frame delays its first
+    # token.
     answer: Answer | None = None
     draft = ""
     quotes = ""
@@ -85,8 +85,9 @@ def _in_progress(draft: str, quotes: str) -> Group:
     return Group(head, Text(), _answer_text(quotes))
 
 
-def print_sources(ui: Ui, answer: Answer) -> None:
-    """The cited passages (or, for an abstention, the nearest ones) and who answered."""
+def print_sources(ui: Ui, answer: Answer, seconds: float) -> None:
+    """The cited passages (or, for an abstention, the nearest ones), who answered and how
+    long the person waited (`seconds`, from the question to the answer)."""
     ui.print()
     if answer.citations:
         ui.text(f"Sources ({answer.game})", style="bold")
@@ -96,7 +97,7 @@ def print_sources(ui: Ui, answer: Answer) -> None:
         ui.text(f"Nearest passages ({answer.game})", style="bold")
         for hit in answer.passages[:NEAREST_SHOWN]:
             _print_passage(ui, f"#{hit.rank}", hit.chunk.section_path, hit.chunk.text)
-    ui.text(f"Answered by {answer.backend} in {answer.timings.total_s:.2f} s.", style="dim")
+    ui.text(f"Answered by {answer.backend} in {seconds:.2f} s.", style="dim")
 
 
 def _print_passage(ui: Ui, label: str, section: str, text: str) -> None:

@@ -167,7 +167,7 @@ def _stream_events(lines: Iterable[str]) -> Iterator[StreamEvent]:
 
 def _stream_event(name: str, payload: dict[str, Any]) -> StreamEvent | None:
     if name == "quotes":
-        quotes = tuple(Quote(**q) for q in payload["quotes"])
+        quotes = tuple(Quote.from_json(q) for q in payload["quotes"])
         return StreamEvent("quotes", text=payload["text"], quotes=quotes)
     if name == "token":
         return StreamEvent("token", text=payload["text"])

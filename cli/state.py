@@ -16,6 +16,7 @@ import typer
 
 from cli.rules import Rules
 from cli.ui import Ui
+from rag.reading.corpus import incomplete_note
 
 if TYPE_CHECKING:  # the pipeline pulls in numpy and FAISS: `rules --help` should not wait
     from rag.pipeline import Pipeline
@@ -35,6 +36,7 @@ class CliState:
     pipeline_factory: Callable[[], Pipeline] = build_pipeline
     ui: Ui = field(default_factory=Ui)
     _pipeline: Pipeline | None = field(default=None, init=False)
+    _start_service: bool = field(default=False, init=False)
 
     @property
     def pipeline(self) -> Pipeline:
@@ -58,17 +60,35 @@ class CliState:
         return self.pipeline
 
     def rules(self, *, here: bool = False, start: bool = False) -> Rules:
-        """The running local service (or, with `start`, a newly started one), unless `here`
-        or the service setting says otherwise; else the pipeline in this process."""
+        """The running local service, unless `here` or the service setting says otherwise;
+        else the pipeline in this process. With `start`, a command that finds no service
+        answers here (never slower than `--no-daemon`), then `answered` starts one for the
+        next question."""
         if here or not self.settings.service.enabled or self.pipeline_factory is not build_pipeline:
-            return self.indexed_pipeline()
+            return self._noting_incomplete(self.indexed_pipeline())
         from cli.service_client import ServiceClient
         from cli.service_process import LocalService
 
-        state = LocalService(self.settings).connect(self.ui, start=start)
+        service = LocalService(self.settings)
+        state = service.connect(self.ui)
         if state is None:
-            return self.indexed_pipeline()
-        return ServiceClient(state, self.settings, self.ui, self.indexed_pipeline)
+            self._start_service = start
+            return self._noting_incomplete(self.indexed_pipeline())
+        client = ServiceClient(state, self.settings, self.ui, self.indexed_pipeline)
+        return self._noting_incomplete(client)
+
+    def answered(self) -> None:
+        """The command has answered: the service it found missing starts now, in the
+        background, loading while the person reads."""
+        if self._start_service:
+            from cli.service_process import LocalService
+
+            LocalService(self.settings).start(self.ui, wait=False)
+
+    def _noting_incomplete(self, rules: Rules) -> Rules:
+        for game in rules.corpus.incomplete:
+            self.ui.warning(incomplete_note(game))
+        return rules
 
     def stop_service(self) -> None:
         """After the rulebooks or the index changed: a running service holds the old ones,
@@ -78,9 +98,9 @@ class CliState:
         from cli.service_process import LocalService
 
         service = LocalService(self.settings)
-        running = service.running()
-        if running is not None:
-            service.stop(running)
+        pids = [pid for pid, _ in service.running()]
+        if pids:
+            service.stop(pids)
             self.ui.note("Stopped the Rulekeeper service: it held the rulebooks as they were.")
 
 

@@ -34,6 +34,8 @@ _STAGE_LABELS = {
     "sentences": "Embedding new sentences",
     "render": "Rendering sentences",
 }
+# The stages that can take minutes: shown line by line when stderr is not a terminal.
+_SLOW_STAGES = {"embed", "sentences", "render"}
 
 
 class Ui:
@@ -95,7 +97,11 @@ class Ui:
 
     @contextmanager
     def index_progress(self) -> Iterator[IndexProgress]:
-        """Progress bars for an index build; silent unless stderr is a terminal."""
+        """Progress bars for an index build in a terminal; plain lines when stderr is not one
+        (a long build in a pipe or a log must not look hung)."""
+        if not self.err.is_terminal:
+            yield self._progress_lines()
+            return
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -104,7 +110,6 @@ class Ui:
             TimeElapsedColumn(),
             console=self.err,
             transient=True,
-            disable=not self.err.is_terminal,
         ) as bars:
             tasks: dict[str, TaskID] = {}
 
@@ -114,6 +119,22 @@ class Ui:
                 bars.update(tasks[stage], completed=done, total=total)
 
             yield report
+
+    def _progress_lines(self) -> IndexProgress:
+        """A line per slow stage when it starts, at each tenth of it done, and when it ends."""
+        tenths: dict[str, int] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in _SLOW_STAGES:
+                return
+            tenth = done * 10 // total if total else 10
+            if stage in tenths and tenth <= tenths[stage]:
+                return
+            tenths[stage] = tenth
+            percent = f" ({done * 100 // total}%)" if total else ""
+            self.err.print(Text(f"{_STAGE_LABELS.get(stage, stage)}: {done}/{total}{percent}"))
+
+        return report
 
     @contextmanager
     def steps(self, title: str) -> Iterator[Report]:

@@ -151,7 +151,7 @@ class OpenAIServer:
         except json.JSONDecodeError as exc:
             raise ModelError(
                 f"The model server at {self.base_url} sent a malformed event ({exc}): is "
-                "generation.base_url an OpenAI-compatible API root?"
+                "openai.chat_url an OpenAI-compatible API root?"
             ) from exc
         finally:
             response.close()
@@ -167,12 +167,12 @@ class OpenAIServer:
         if isinstance(exc, httpx.TimeoutException):
             return ModelError(
                 f"The model server at {self.base_url} did not answer within "
-                f"{self._timeout_s:g} s: it may be overloaded (generation.timeout_s)."
+                f"{self._timeout_s:g} s: it may be overloaded (openai.timeout_s)."
             )
         reason = str(exc) or type(exc).__name__
         return ModelError(
             f"No model server answers at {self.base_url} ({reason}): start it, or fix "
-            "generation.base_url."
+            "openai.chat_url or openai.embedding_url."
         )
 
     def _refused(self, response: httpx.Response, attempts: int) -> ServerRefusedError:
@@ -181,8 +181,8 @@ class OpenAIServer:
         hint = {
             401: " Set RULEKEEPER_OPENAI_API_KEY (or OPENAI_API_KEY) to a key it accepts.",
             403: " Set RULEKEEPER_OPENAI_API_KEY (or OPENAI_API_KEY) to a key it accepts.",
-            404: " Check base_url (the API root, often ending in /v1) and the model name "
-            "(generation's or embedding's settings).",
+            404: " Check the API root (openai.chat_url or openai.embedding_url, often "
+            "ending in /v1) and the model name (openai.chat_model or openai.embedding_model).",
         }.get(status, "")
         detail = _detail(response)
         return ServerRefusedError(
@@ -193,13 +193,13 @@ class OpenAIServer:
 
 
 def server_for(base_url: str, settings: Settings) -> OpenAIServer:
-    """The server at `base_url`, with the API key from the environment and the timeout and
-    retries of the generation settings (an embedding server's too)."""
-    gen = settings.generation
+    """The server at `base_url`, with the API key from the environment and the openai
+    settings' timeout and retries."""
+    server = settings.openai
     return OpenAIServer(
         base_url,
         key=api_key(),
-        timeout_s=gen.timeout_s,
-        retries=gen.retries,
-        backoff_s=gen.retry_backoff_s,
+        timeout_s=server.timeout_s,
+        retries=server.retries,
+        backoff_s=server.retry_backoff_s,
     )

@@ -10,7 +10,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,25 +18,37 @@ from rag.answering.answerer import Answerer, Question
 from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
 from rag.answering.glossing import Glosser
-from rag.answering.translation import RenderingStore
+from rag.answering.rendering import RenderingStore
 from rag.backends import embedder_for, make_generator
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError
+from rag.follow_ups import follows_up
 from rag.generation import ExtractiveGenerator, Generator
 from rag.lang import detect_lang, unsupported_language
 from rag.prompting import phrases
 from rag.reading.chunking import chunk_document
-from rag.reading.corpus import Corpus, same_name, slug_of, write_manifest
+from rag.reading.corpus import (
+    MANIFEST,
+    Corpus,
+    incomplete_note,
+    is_incomplete,
+    mark_incomplete,
+    same_name,
+    slug_of,
+    write_manifest,
+)
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
 from rag.reading.report import ingest_report, page_count
 from rag.searching.embedding import Embedder
-from rag.searching.index import ChunkIndex, IndexStore
+from rag.searching.index import DEFAULT_SECONDS_PER_TEXT, ChunkIndex, IndexStore
 from rag.searching.reranking import Reranker, make_reranker
 from rag.searching.retrieval import Retriever
-from rag.settings import Settings, load_settings
+from rag.searching.sentences import passage_sentences
+from rag.settings import MAX_QUESTION_CHARS, Settings, load_settings
 from rag.types import (
     Answer,
     Check,
     Chunk,
+    Document,
     GameInfo,
     GameSummary,
     Hit,
@@ -50,8 +62,22 @@ from rag.types import (
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
-MAX_QUESTION_CHARS = 2000
 _NAME_CHAR = re.compile(r"[^\W_]")
+
+
+@dataclass(frozen=True)
+class PlannedBook:
+    """A rulebook read and checked for adding, nothing written yet: what indexing it embeds,
+    and about how long that takes (at the embedder's rate measured in earlier builds here,
+    `measured`, else a first guess)."""
+
+    path: Path
+    info: GameInfo  # as it will be kept
+    document: Document
+    passages: int
+    sentences: int
+    seconds: float
+    measured: bool
 
 
 @dataclass(frozen=True)
@@ -79,6 +105,7 @@ class Pipeline:
         self._retriever: Retriever | None = None
         self._answerer: Answerer | None = None
         self._quoter: Answerer | None = None
+        self._wrap: Callable[[Generator], Generator] | None = None
         self._lock = threading.RLock()
 
     # --- components, built on first use -------------------------------------------------
@@ -140,8 +167,19 @@ class Pipeline:
     def generator(self) -> Generator:
         with self._lock:
             if self._generator is None:
-                self._generator = make_generator(self.settings)
+                made = make_generator(self.settings)
+                self._generator = self._wrap(made) if self._wrap else made
             return self._generator
+
+    def wrap_generator(self, wrap: Callable[[Generator], Generator]) -> None:
+        """Put `wrap` around the generator (now, or when it is made) for every later answer:
+        a server wraps it so that a reply it gave up on stops at its next piece."""
+        with self._lock:
+            self._wrap = wrap
+            if self._generator is not None:
+                self._generator = wrap(self._generator)
+            self._answerer = None
+            self._reranker = None
 
     @property
     def reranker(self) -> Reranker | None:
@@ -270,11 +308,11 @@ class Pipeline:
                 for text in index.sentence_vectors().of(chunk.id)[0]
             )
         )
-        translator = self.answerer.translator
+        renderer = self.answerer.renderer
         kept = made = 0
         for done, text in enumerate(texts, start=1):
-            if translator.known(text, lang) is None:
-                translator.make(text, lang)
+            if renderer.known(text, lang) is None:
+                renderer.make(text, lang)
                 made += 1
             else:
                 kept += 1
@@ -293,11 +331,24 @@ class Pipeline:
     ) -> tuple[GameInfo, list[Hit]]:
         question = _check_question(question)
         info = self.resolve_game(game, question, history)
-        query = Corpus.without_names(_with_context(question, history), info)
+        query = Corpus.without_names(
+            _with_context(question, self.follows_from(question, info, history)), info
+        )
         hits = self.ensure_index().search(
             query, info.slug, k or self.settings.retrieval.k, reranker=self.reranker
         )
         return info, hits
+
+    def follows_from(self, question: str, info: GameInfo, history: Sequence[Turn]) -> str | None:
+        """The earlier question that `question`, about the game `info`, follows up (it is
+        searched and answered beside it), or None for a new topic: a question that does not
+        refer back (rag.follow_ups), or one about another game than the last turn's."""
+        if not history or not follows_up(question, detect_lang(question)):
+            return None
+        last = history[-1]
+        named = None if last.game else self.corpus.detect(last.question)
+        last_game = last.game or (named.slug if named else None)
+        return None if last_game not in (None, info.slug) else last.question
 
     def ask(
         self,
@@ -323,6 +374,7 @@ class Pipeline:
         question = _check_question(question)
         info, hits = self.retrieve(question, game, k, history)
         lang: Lang = detect_lang(question)  # Japanese and Korean are answered in English
+        earlier = self.follows_from(question, info, history)
         retrieve_s = time.perf_counter() - started
         answerer = self.answerer if conclude else self.quoter
         answer: Answer | None = None
@@ -332,7 +384,6 @@ class Pipeline:
                 question, info.slug, lang, hits, answerer.generator.name, [silent]
             )
         else:
-            earlier = history[-1].question if history else None
             asked = Question(question.strip(), lang, info, earlier)
             for event in answerer.stream(asked, hits):
                 if event.kind != "answer":
@@ -341,6 +392,7 @@ class Pipeline:
         assert answer is not None  # the answerer always ends with the answer
         if unsupported_language(question):
             answer.answer = f"{phrases(lang)['unsupported_language']}\n\n{answer.answer}"
+        answer.follows_up = earlier
         answer.timings = Timings(
             retrieve_s=retrieve_s,
             generate_s=answer.timings.generate_s,
@@ -358,7 +410,12 @@ class Pipeline:
         progress: Progress | None = None,
     ) -> AddedBook:
         """Copy a user's rulebook (a file, or a folder of Markdown pages) into the corpus and
-        index it (embedding its passages alone); nothing is left half-added."""
+        index it (embedding its passages alone)."""
+        return self.add_planned(self.plan_book(path, title, aliases), progress)
+
+    def plan_book(self, path: Path, title: str, aliases: Sequence[str] = ()) -> PlannedBook:
+        """Read and check a rulebook to add, writing nothing: its names, its passages and
+        sentences, and about how long embedding them will take."""
         if not path.is_dir() and path.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise IngestError(
                 f"{path.name}: unsupported format; use one of {', '.join(SUPPORTED_SUFFIXES)}."
@@ -366,34 +423,66 @@ class Pipeline:
         title, aliases = _names(title, aliases)
         slug = _pick_slug(title, aliases)
         self._refuse_taken(title, aliases, slug)
-        document = load_document(path, slug)  # fails before anything is written
+        document = load_document(path, slug)
         folder = self.settings.user_books_dir / slug
+        # A folder of Markdown pages is kept as one Markdown book, a section per page.
+        suffix = ".md" if path.is_dir() else path.suffix.lower()
+        info = GameInfo(
+            slug=slug,
+            title=title,
+            aliases=tuple(aliases),
+            language=detect_lang(document.text),
+            source=str(path),
+            path=folder / f"rulebook{suffix}",
+            builtin=False,
+        )
+        chunks = chunk_document(document, info)
+        sentences = {s for chunk in chunks for s in passage_sentences(chunk.text)}
+        rate = self.index_store().seconds_per_text(self.embedder.name)
+        seconds = (len(chunks) + len(sentences)) * (rate or DEFAULT_SECONDS_PER_TEXT)
+        measured = rate is not None
+        return PlannedBook(path, info, document, len(chunks), len(sentences), seconds, measured)
+
+    def add_planned(self, plan: PlannedBook, progress: Progress | None = None) -> AddedBook:
+        """Add a planned rulebook; an error or Ctrl-C leaves nothing half-added, and a killed
+        process leaves it incomplete (left out until `finish_adding` or `remove_book`)."""
+        info = plan.info
+        folder = info.path.parent
+        if is_incomplete(folder) and not (folder / MANIFEST).is_file():
+            shutil.rmtree(folder)  # killed before its manifest was written: never a book
         folder.mkdir(parents=True)
         try:
-            if path.is_dir():  # kept as one Markdown book, a section per page
-                target = folder / "rulebook.md"
-                target.write_text(markdown_folder(path), encoding="utf-8")
+            mark_incomplete(folder)
+            if plan.path.is_dir():
+                info.path.write_text(markdown_folder(plan.path), encoding="utf-8")
             else:
-                target = folder / f"rulebook{path.suffix.lower()}"
-                shutil.copyfile(path, target)
-            info = GameInfo(
-                slug=slug,
-                title=title,
-                aliases=tuple(aliases),
-                language=detect_lang(document.text),
-                source=str(path),
-                path=target,
-                builtin=False,
-            )
+                shutil.copyfile(plan.path, info.path)
             write_manifest(folder, info)
             self._reload()
-            index = self.ensure_index(progress=progress).index
+            index = self.finish_adding([info.slug], progress).index
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             self._reload()
             raise
-        report = ingest_report(document, index.chunks_of(slug), page_count(target))
+        report = ingest_report(plan.document, index.chunks_of(info.slug), page_count(info.path))
         return AddedBook(info, report)
+
+    def finish_adding(
+        self, slugs: Collection[str], progress: Progress | None = None, *, rebuild: bool = False
+    ) -> Retriever:
+        """The index with the interrupted additions `slugs` (see Corpus.incomplete) in it,
+        built if need be; once it is, they are added like any other."""
+        with self._lock:
+            self._corpus = self.corpus.with_incomplete(slugs)
+            self._retriever = None
+            try:
+                retriever = self.ensure_index(rebuild=rebuild, progress=progress)
+                for game in self.corpus.games:
+                    if game.slug in slugs:
+                        mark_incomplete(game.path.parent, incomplete=False)
+            finally:
+                self._corpus = None
+            return retriever
 
     def _refuse_taken(self, title: str, aliases: Sequence[str], slug: str) -> None:
         """Refuse a name another game already answers to: once two games share one, neither
@@ -404,6 +493,8 @@ class Pipeline:
             if found is None:
                 continue
             game, held = found
+            if game in self.corpus.incomplete:
+                raise CorpusError(incomplete_note(game))
             held_as = "slug" if held == game.slug else "title" if held == game.title else "alias"
             change = "title or alias" if kind == "slug" else kind
             raise CorpusError(
@@ -412,7 +503,7 @@ class Pipeline:
             )
 
     def remove_book(self, game: str) -> GameInfo:
-        info = self.corpus.resolve(game)
+        info = self.corpus.with_incomplete().resolve(game)
         if info.builtin:
             raise CorpusError(f"{info.title} is a built-in rulebook; only added books can go.")
         shutil.rmtree(info.path.parent)
@@ -467,8 +558,6 @@ def _check_question(question: str) -> str:
     return question
 
 
-def _with_context(question: str, history: Sequence[Turn]) -> str:
-    """A follow-up ("and if I'm starving?") searches with the previous question beside it."""
-    if not history:
-        return question
-    return f"{history[-1].question} {question}"
+def _with_context(question: str, earlier: str | None) -> str:
+    """A follow-up ("and if I'm starving?") searches with the question it follows beside it."""
+    return f"{earlier} {question}" if earlier else question

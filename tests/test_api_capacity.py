@@ -1,30 +1,123 @@
-"""Capacity that degrades gracefully: a waiting request is told its place, a client that
-leaves gives its place up, and (when the owner allows it) a saturated model still answers
-with the verified rule text alone."""
+"""Capacity that degrades gracefully: the rule text never waits for the model, a waiting
+conclusion is told its place, a client that leaves or a conclusion that runs too long frees
+the model at once, and when the model cannot be had in time the rule text alone answers."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from test_api import SUROS_Q, error_of, sse
+from conftest import DEFAULT_SELECTION, first_rule
+from test_api import SUROS_Q, sse
 
+from rag.generation import Generator
 from rag.pipeline import Pipeline
+from rag.prompting import Prompt, phrases
 
 if TYPE_CHECKING:
     from conftest import SlowGenerator
 
 BODY = {"question": SUROS_Q}
+BUSY = phrases("en")["no_conclusion_busy"]
+SLOW = phrases("en")["no_conclusion_slow"]
 
 
-def running_answer(pool: ThreadPoolExecutor, url: str, slow: SlowGenerator) -> Future[Any]:
-    """A slow answer that holds the model (its conclusion started) until it ends."""
-    answer = pool.submit(httpx.post, f"{url}/v1/ask", json=BODY, timeout=60)
-    assert slow.started.wait(10)
-    return answer
+class HeldGenerator(Generator):
+    """Selects at once; a conclusion waits until the test releases it, then restates the
+    first rule word by word: while it waits, it holds the model."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.concluding = threading.Event()
+        self.release = threading.Event()
+        self.conclusions = 0
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        if prompt.task == "select":
+            yield DEFAULT_SELECTION
+            return
+        self.concluding.set()
+        assert self.release.wait(30), "the test never released the model"
+        self.conclusions += 1
+        for word in first_rule(prompt).split():
+            yield word + " "
+
+
+@pytest.fixture
+def held() -> HeldGenerator:
+    return HeldGenerator()
+
+
+@pytest.fixture
+def held_pipeline(pipeline: Pipeline, held: HeldGenerator) -> Iterator[Pipeline]:
+    yield Pipeline(pipeline.settings, embedder=pipeline.embedder, generator=held)
+    held.release.set()  # a test that failed half-way leaves no thread waiting
+
+
+def quiet(pipeline: Pipeline, generator: Generator) -> Pipeline:
+    """The pipeline with `generator`, writing conclusions that can never be shown: no draft
+    is streamed, so a conclusion holds the model between two of the pipeline's events."""
+    generation = pipeline.settings.generation.model_copy(update={"conclude_from": 1.0})
+    settings = pipeline.settings.model_copy(update={"generation": generation})
+    return Pipeline(settings, embedder=pipeline.embedder, generator=generator)
+
+
+@contextlib.contextmanager
+def model_held(
+    serve_api: Any, pipeline: Pipeline, held: HeldGenerator, **api: Any
+) -> Iterator[str]:
+    """A server whose model a first answer's conclusion holds until the test releases it
+    (at the latest, on leaving the block); its URL. The first answer then comes whole."""
+    url = serve_api(pipeline, **api)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, f"{url}/v1/ask", json=BODY, timeout=60)
+        assert held.concluding.wait(10)
+        yield url
+        held.release.set()
+        assert first.result().json()["rule_text_only"] is False
+
+
+@contextlib.contextmanager
+def streamed(url: str) -> Iterator[Iterator[str]]:
+    """The lines of a /v1/ask/stream answer as they come; leaving closes the connection."""
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{url}/v1/ask/stream", json=BODY) as response,
+    ):
+        assert response.status_code == 200
+        yield response.iter_lines()
+
+
+def read_until(lines: Iterator[str], *events: str) -> tuple[str, Any]:
+    """Read up to the first of `events`: (its name, its data)."""
+    for line in lines:
+        name = line.removeprefix("event: ")
+        if name in events:
+            return name, json.loads(next(lines).removeprefix("data: "))
+    raise AssertionError(f"the stream ended without {events}")
+
+
+def test_the_rule_text_never_waits_for_the_model(
+    serve_api: Any, held_pipeline: Pipeline, held: HeldGenerator
+) -> None:
+    with model_held(serve_api, held_pipeline, held, queue_size=4) as url, streamed(url) as lines:
+        # The model is held by the first answer: the second's rule text comes all the same,
+        # and its conclusion waits in line.
+        _, quotes = read_until(lines, "quotes")
+        assert quotes["quotes"] and quotes["text"].startswith("Deciding rule: [1]")
+        assert held.conclusions == 0
+        assert read_until(lines, "queued", "citations") == ("queued", {"position": 1})
+        held.release.set()
+        _, answer = read_until(lines, "citations")
+    assert answer["rule_text_only"] is False and held.conclusions == 2
 
 
 def test_a_waiting_stream_is_told_its_place(
@@ -33,28 +126,51 @@ def test_a_waiting_stream_is_told_its_place(
     slow.pieces, slow.delay = 10, 0.1
     url = serve_api(slow_pipeline, queue_size=2)
     with ThreadPoolExecutor(1) as pool:
-        first = running_answer(pool, url, slow)
+        first = pool.submit(httpx.post, f"{url}/v1/ask", json=BODY, timeout=60)
+        assert slow.started.wait(10)
         events = sse(httpx.post(f"{url}/v1/ask/stream", json=BODY, timeout=60))
         assert first.result().status_code == 200
     names = [name for name, _ in events]
-    assert names[0] == "queued" and events[0][1] == {"position": 1}
-    assert names.index("quotes") > max(i for i, n in enumerate(names) if n == "queued")
+    assert names[:2] == ["quotes", "queued"] and events[1][1] == {"position": 1}
+    assert names.index("token") > max(i for i, n in enumerate(names) if n == "queued")
     assert names[-2:] == ["citations", "done"]
-    assert events[-2][1]["timings"]["queue_s"] > 0.3
+    answer = events[-2][1]
+    assert answer["rule_text_only"] is False and answer["timings"]["queue_s"] > 0.3
 
 
-def test_a_full_line_is_busy_with_when_to_retry(
-    serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+@pytest.mark.parametrize("path", ["/v1/ask", "/v1/ask/stream"])
+def test_a_full_line_answers_with_the_rule_text_and_when_to_retry(
+    serve_api: Any, held_pipeline: Pipeline, held: HeldGenerator, path: str
 ) -> None:
-    slow.pieces, slow.delay = 10, 0.1
-    url = serve_api(slow_pipeline, queue_size=0)
-    with ThreadPoolExecutor(1) as pool:
-        first = running_answer(pool, url, slow)
-        busy = httpx.post(f"{url}/v1/ask/stream", json=BODY)
-        error = error_of(busy, 503, "busy")
-        assert first.result().status_code == 200
-    assert error["retry_after_s"] == int(busy.headers["retry-after"]) >= 1
-    assert "position" not in error  # it never had a place
+    with model_held(serve_api, held_pipeline, held, queue_size=0) as url:
+        full = httpx.post(f"{url}{path}", json=BODY, timeout=60)
+        assert held.conclusions == 0  # answered while the model was still held
+    assert full.status_code == 200 and int(full.headers["retry-after"]) >= 1
+    if path.endswith("stream"):
+        events = sse(full)
+        assert [name for name, _ in events] == ["quotes", "citations", "done"]
+        answer = events[1][1]
+    else:
+        answer = full.json()
+    assert answer["rule_text_only"] is True and answer["conclusion"] is None
+    assert answer["quotes"] and answer["backend"] == "extractive"
+    load = answer["checks"][-1]
+    assert load["name"] == "load" and load["passed"] is False and "busy" in load["detail"]
+    assert answer["answer"].startswith(BUSY + "\n\nDeciding rule:")
+    assert held.conclusions == 1  # the model wrote only the first answer's
+
+
+def test_rule_text_alone_after_waiting_too_long(
+    serve_api: Any, held_pipeline: Pipeline, held: HeldGenerator
+) -> None:
+    with model_held(serve_api, held_pipeline, held, queue_size=1, queue_timeout_s=0.5) as url:
+        events = sse(httpx.post(f"{url}/v1/ask/stream", json=BODY, timeout=60))
+    assert [name for name, _ in events] == ["quotes", "queued", "citations", "done"]
+    assert events[1][1] == {"position": 1}
+    answer = events[2][1]
+    assert answer["rule_text_only"] is True and answer["answer"].startswith(BUSY)
+    assert answer["timings"]["queue_s"] >= 0.4
+    assert held.conclusions == 1
 
 
 def leave_while_queued_plain(url: str) -> None:
@@ -63,74 +179,101 @@ def leave_while_queued_plain(url: str) -> None:
 
 
 def leave_while_queued_streaming(url: str) -> None:
-    with (
-        httpx.Client(timeout=10) as client,
-        client.stream("POST", f"{url}/v1/ask/stream", json=BODY) as response,
-    ):
-        assert response.status_code == 200
-        lines = response.iter_lines()
-        assert next(lines) == "event: queued" and next(lines) == 'data: {"position": 1}'
+    with streamed(url) as lines:
+        assert read_until(lines, "queued", "citations")[0] == "queued"
     # leaving the block closes the connection
 
 
 @pytest.mark.parametrize("leave", [leave_while_queued_plain, leave_while_queued_streaming])
 def test_a_client_that_leaves_the_line_frees_its_place(
-    serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator, leave: Any
+    serve_api: Any, held_pipeline: Pipeline, held: HeldGenerator, leave: Any
 ) -> None:
-    slow.pieces, slow.delay = 30, 0.1  # the first answer holds the model ~3 s
-    url = serve_api(slow_pipeline, queue_size=1)  # one place in line
-    with ThreadPoolExecutor(1) as pool:
-        first = running_answer(pool, url, slow)
+    with model_held(serve_api, held_pipeline, held, queue_size=1) as url:  # one place in line
         leave(url)
-        # The place is free while the first answer still runs: a third request takes it.
+        # The place is free while the first answer still holds the model: a third question
+        # takes it, and is told it is next (until the server has seen the client leave, a
+        # question finds the line full and gets the rule text alone).
         deadline = time.monotonic() + 2
-        while (
-            third := httpx.post(f"{url}/v1/ask/stream", json=BODY, timeout=60)
-        ).status_code == 503:
+        while True:
+            with streamed(url) as lines:
+                name, data = read_until(lines, "queued", "citations")
+                if name == "queued":
+                    assert data == {"position": 1}  # only the running answer ahead
+                    held.release.set()
+                    _, answer = read_until(lines, "citations")
+                    break
             assert time.monotonic() < deadline, "the place of the client that left stayed taken"
             time.sleep(0.05)
-        events = sse(third)
-        assert events[0] == ("queued", {"position": 1})  # only the running answer ahead
-        assert events[-1][0] == "done"
-        assert first.result().status_code == 200
-    assert slow.produced == 2 * slow.pieces  # the one that left never ran
+    assert answer["rule_text_only"] is False
+    assert held.conclusions == 2  # the one that left never had the model
 
 
-def test_rule_text_alone_when_the_line_is_full(
-    serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+def test_a_timed_out_conclusion_frees_the_model_at_its_next_token(
+    serve_api: Any, pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
-    slow.pieces, slow.delay = 30, 0.1
-    url = serve_api(slow_pipeline, queue_size=0, rule_text_when_busy=True)
-    with ThreadPoolExecutor(1) as pool:
-        first = running_answer(pool, url, slow)
-        started = time.monotonic()
-        quoted = httpx.post(f"{url}/v1/ask", json=BODY, timeout=60)
-        took = time.monotonic() - started
-        events = sse(httpx.post(f"{url}/v1/ask/stream", json=BODY, timeout=60))
-        assert first.result().json()["rule_text_only"] is False
-    assert quoted.status_code == 200 and took < 2  # not behind the running answer
-    answer = quoted.json()
-    assert answer["rule_text_only"] is True and answer["conclusion"] is None
-    assert answer["quotes"] and answer["backend"] == "extractive"
-    load = answer["checks"][-1]
-    assert load["name"] == "load" and load["passed"] is False and "busy" in load["detail"]
-    assert answer["answer"].startswith("The server is busy")
-    assert "Deciding rule:" in answer["answer"]
-    assert [name for name, _ in events] == ["quotes", "citations", "done"]
-    assert events[1][1]["rule_text_only"] is True
+    slow.pieces, slow.delay = 200, 0.05  # ten seconds, if nothing stopped it
+    url = serve_api(quiet(pipeline, slow), timeout_s=0.5)
+    with httpx.Client(base_url=url, timeout=30) as client:
+        timed_out = client.post("/v1/ask", json=BODY)
+        assert timed_out.status_code == 200
+        answer = timed_out.json()
+        assert answer["rule_text_only"] is True and answer["answer"].startswith(SLOW)
+        load = answer["checks"][-1]
+        assert load["name"] == "load" and "time limit" in load["detail"]
+        assert slow.finished.wait(5) and slow.produced < slow.pieces  # stopped mid-reply
+        slow.pieces = 2
+        after = client.post("/v1/ask", json=BODY).json()
+    assert after["rule_text_only"] is False
+    assert after["timings"]["queue_s"] < 1  # nothing left ahead of it
 
 
-def test_rule_text_alone_after_waiting_too_long(
-    serve_api: Any, slow_pipeline: Pipeline, slow: SlowGenerator
+def test_a_client_that_leaves_mid_conclusion_frees_the_model(
+    serve_api: Any, pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
-    slow.pieces, slow.delay = 30, 0.1
-    url = serve_api(slow_pipeline, queue_size=1, queue_timeout_s=0.5, rule_text_when_busy=True)
-    with ThreadPoolExecutor(1) as pool:
-        first = running_answer(pool, url, slow)
-        events = sse(httpx.post(f"{url}/v1/ask/stream", json=BODY, timeout=60))
-        assert first.result().status_code == 200
-    assert events[0] == ("queued", {"position": 1})
-    assert [name for name, _ in events[1:]] == ["quotes", "citations", "done"]
-    answer = events[-2][1]
-    assert answer["rule_text_only"] is True and answer["timings"]["queue_s"] >= 0.5
-    assert slow.produced == slow.pieces  # the model wrote only the first answer
+    slow.pieces, slow.delay = 200, 0.05
+    url = serve_api(quiet(pipeline, slow))
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up mid-conclusion
+        httpx.post(f"{url}/v1/ask", json=BODY, timeout=httpx.Timeout(5.0, read=1.0))
+    assert slow.started.is_set()
+    assert slow.finished.wait(5) and slow.produced < slow.pieces
+
+
+def chat_pieces(lines: Iterator[str]) -> Iterator[str]:
+    """The content pieces of a streamed chat reply as they come (the role's empty one and
+    the finishing chunk's none dropped)."""
+    for line in lines:
+        if line.startswith("data: {"):
+            choices = json.loads(line.removeprefix("data: "))["choices"]
+            if choices and choices[0]["delta"].get("content"):
+                yield choices[0]["delta"]["content"]
+
+
+CHAT_BODY = {"model": "suros", "stream": True, "messages": [{"role": "user", "content": SUROS_Q}]}
+
+
+def test_a_chat_stream_sends_the_rule_text_while_the_model_is_held(
+    serve_api: Any, held_pipeline: Pipeline, held: HeldGenerator
+) -> None:
+    with (
+        model_held(serve_api, held_pipeline, held, queue_size=4) as url,
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{url}/v1/chat/completions", json=CHAT_BODY) as response,
+    ):
+        pieces = chat_pieces(response.iter_lines())
+        rule = next(pieces)
+        assert rule.startswith("Deciding rule: [1]") and held.conclusions == 0
+        held.release.set()
+        *drafted, last = list(pieces)
+    assert len(drafted) > 3 and drafted[0].startswith("\n\nConclusion: ")  # token by token
+    assert "\n\nSources:\n[1] " in last
+
+
+def test_a_chat_stream_with_the_line_full_has_the_rule_text_and_when_to_retry(
+    serve_api: Any, held_pipeline: Pipeline, held: HeldGenerator
+) -> None:
+    with model_held(serve_api, held_pipeline, held, queue_size=0) as url:
+        full = httpx.post(f"{url}/v1/chat/completions", json=CHAT_BODY, timeout=30)
+    assert full.status_code == 200 and int(full.headers["retry-after"]) >= 1
+    rule, rest = chat_pieces(iter(full.text.splitlines()))
+    assert rule.startswith("Deciding rule: [1]")
+    assert rest.startswith(f"\n\n{BUSY}\n\n") and "Conclusion" not in rest

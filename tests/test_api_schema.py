@@ -22,7 +22,7 @@ def test_no_request_makes_a_server_error(serve_api: Any, pipeline: Pipeline) -> 
     url = serve_api(pipeline, api_keys=[KEY])
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 11
+    assert len(operations) == 15
 
     for operation in operations:
 

@@ -7,10 +7,12 @@ stdout is not a terminal there, so these also check the plain (piped) output.
 from __future__ import annotations
 
 import json
+import re
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator
@@ -35,7 +37,7 @@ Invoke = Callable[..., Result]
 
 CONTRACT_KEYS = {
     "question", "game", "lang", "answer", "abstained", "citations", "passages", "timings",
-    "backend", "conclusion", "quotes", "checks", "confidence",
+    "backend", "conclusion", "quotes", "checks", "confidence", "follows_up",
 }  # fmt: skip
 
 
@@ -66,11 +68,16 @@ def invoke_unpiped(home: Path) -> Invoke:
     return _invoker(None)
 
 
+# A line of an index build's progress, as a first command in a fresh home shows it in a pipe.
+PROGRESS_LINE = re.compile(r"^[A-Z][a-z ]+: \d+/\d+ \(\d+%\)$")
+
+
 def assert_user_error(result: Result, *fragments: str, code: int = ExitCode.USER_ERROR) -> None:
-    """One line on stderr saying what went wrong, the documented code, and no traceback."""
+    """One line on stderr saying what went wrong (after any progress of the index build
+    the command began with), the documented code, and no traceback."""
     assert result.exit_code == code, result.output
     assert isinstance(result.exception, SystemExit)
-    lines = result.stderr.strip().splitlines()
+    lines = [line for line in result.stderr.strip().splitlines() if not PROGRESS_LINE.match(line)]
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     for fragment in fragments:
         assert fragment in lines[0]
@@ -106,6 +113,17 @@ def test_ask_prints_the_answer_then_the_cited_sections_without_ansi(invoke: Invo
     assert "[1]" in answer and "the rulebook prevails" in answer
     assert "[1] Maximum Apocalypse" in sources  # marker, then the section path
     assert "Answered by extractive" in sources
+
+
+def test_the_time_printed_is_the_whole_wait(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the command's start (loading and building included), not the pipeline's share."""
+    clock = iter([100.0, 124.8])
+    monkeypatch.setattr("cli.commands.ask.time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    result = invoke("ask", "How does a stealth test work?", "--game", "MaxApoc")
+    assert result.exit_code == 0, result.output
+    assert "Answered by extractive in 24.80 s." in result.stdout
 
 
 def test_ask_json_prints_exactly_the_answer_contract(invoke: Invoke, pipeline: Pipeline) -> None:
@@ -265,7 +283,7 @@ def test_add_then_ask_then_remove(invoke: Invoke, rulebook: Path) -> None:
     added = invoke("add", str(rulebook), "--title", "Pebble Race", "--alias", "PR")
     assert added.exit_code == 0, added.output
     assert added.stdout.startswith(
-        "Added Pebble Race as pebble-race: 3 sections, 3 passages, 39 words, English."
+        "Added Pebble Race as pebble-race: 3 sections, 4 sentences, 3 passages, 39 words, English."
     )
     assert "Warning" not in added.stderr
     assert "3 passages embedded, 260 reused" in added.stderr
@@ -297,6 +315,39 @@ def test_add_warns_when_a_rulebook_looks_wrongly_read(invoke: Invoke, tmp_path: 
     added = invoke("add", str(path), "--title", "Headless")
     assert added.exit_code == 0, added.output
     assert "Warning: 100% of the text sits in one section" in added.stderr
+
+
+def test_add_a_chinese_rulebook_in_gbk(invoke: Invoke, tmp_path: Path) -> None:
+    path = tmp_path / "pebbles.txt"
+    path.write_bytes(
+        "一、准备\n每位玩家拿五颗石子。\n二、胜利\n最先用完石子的玩家获胜。\n".encode("gbk")
+    )
+    added = invoke("add", str(path), "--title", "Pebble Race", "--alias", "石子赛跑")
+    assert added.exit_code == 0, added.output
+    # 一准备 3, 每位玩家拿五颗石子 9, 二胜利 3, 最先用完石子的玩家获胜 11.
+    assert added.stdout.startswith(
+        "Added Pebble Race as pebble-race: 2 sections, 2 sentences, 2 passages, 26 characters, "
+        "Chinese."
+    )
+    assert "Warning: Not UTF-8: read pebbles.txt as GB18030" in " ".join(added.stderr.split())
+    assert "最先用完石子的玩家获胜。" in invoke("show", "石子赛跑", "二、胜利").stdout
+
+
+def test_games_lists_english_and_chinese_names_of_added_books(
+    invoke: Invoke, rulebook: Path
+) -> None:
+    assert (
+        invoke("add", str(rulebook), "--title", "Pebble Race", "--alias", "石子赛跑").exit_code == 0
+    )
+    chinese_titled = rulebook.with_name("stones.md")
+    chinese_titled.write_text("# 准备\n\n每位玩家拿五颗石子。\n", encoding="utf-8")
+    added = invoke("add", str(chinese_titled), "--title", "投石", "--alias", "Stone Toss")
+    assert added.exit_code == 0, added.output
+    rows = {
+        row[0]: row for row in (line.split("\t") for line in invoke("games").stdout.splitlines())
+    }
+    assert rows["pebble-race"][1:3] == ["Pebble Race", "石子赛跑"]
+    assert rows["stone-toss"][1:3] == ["投石", "Stone Toss"]
 
 
 def test_an_added_pdf_shows_its_pages(invoke: Invoke, tmp_path: Path) -> None:

@@ -203,23 +203,76 @@ def test_pdf_pages_headings_and_wrapped_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "data",
+    ("data", "encoding"),
     [
-        "\ufeffSetup\nShuffle the deck.\n".encode(),
-        "Setup\nShuffle the deck.\n".encode("utf-16"),
+        ("\ufeffSetup\nShuffle the deck.\n".encode(), None),
+        ("Setup\nShuffle the deck.\n".encode("utf-16"), "UTF-16LE"),
+        ("Setup\nShuffle the deck.\n".encode("utf-16-le"), "UTF-16LE"),
+        ("Setup\nShuffle the deck.\n".encode("utf-16-be"), "UTF-16BE"),
     ],
-    ids=["utf-8 BOM", "utf-16 BOM"],
+    ids=["utf-8 BOM", "utf-16 BOM", "utf-16le without BOM", "utf-16be without BOM"],
 )
-def test_byte_order_marks_are_decoded(tmp_path: Path, data: bytes) -> None:
+def test_utf16_and_byte_order_marks_are_decoded(
+    tmp_path: Path, data: bytes, encoding: str | None
+) -> None:
     path = tmp_path / "book.txt"
     path.write_bytes(data)
-    assert load_document(path, "g").text == "Setup\nShuffle the deck."
+    doc = load_document(path, "g")
+    assert doc.text == "Setup\nShuffle the deck."
+    assert doc.encodings == (((path.name, encoding),) if encoding else ())
 
 
-def test_gb18030_chinese_text_is_decoded(tmp_path: Path) -> None:
+_CHINESE_BOOK = "一、游戏准备\n将地图板放在桌子中央。\n每位玩家拿五颗石子。\n"
+_CHINESE_PARAGRAPHS = _CHINESE_BOOK.strip().split("\n")
+_CHINESE_FILES = {
+    ".txt": _CHINESE_BOOK,
+    ".md": "\n\n".join(_CHINESE_PARAGRAPHS),
+    ".html": "".join(f"<p>{paragraph}</p>" for paragraph in _CHINESE_PARAGRAPHS),
+}
+
+
+@pytest.mark.parametrize(
+    ("codec", "encoding"),
+    [
+        ("gbk", "GB18030"),
+        ("gb18030", "GB18030"),
+        ("utf-16-le", "UTF-16LE"),
+        ("utf-16-be", "UTF-16BE"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".txt", ".md", ".html"])
+def test_chinese_text_in_gbk_or_utf16_is_decoded(
+    tmp_path: Path, codec: str, encoding: str, suffix: str
+) -> None:
+    path = tmp_path / f"book{suffix}"
+    path.write_bytes(_CHINESE_FILES[suffix].encode(codec))
+    doc = load_document(path, "g")
+    assert doc.text.split("\n") == _CHINESE_PARAGRAPHS
+    assert doc.encodings == ((path.name, encoding),)
+
+
+def test_utf16_chinese_without_a_latin_character_is_decoded(tmp_path: Path) -> None:
+    """No NUL byte tells the byte order: the one that reads as Chinese is taken."""
     path = tmp_path / "book.txt"
-    path.write_bytes("游戏准备\n将地图板放在桌子中央。\n".encode("gb18030"))
-    assert load_document(path, "g").text == "游戏准备\n将地图板放在桌子中央。"
+    path.write_bytes("将地图板放在桌子中央每位玩家拿五颗石子".encode("utf-16-be"))
+    assert load_document(path, "g").text == "将地图板放在桌子中央每位玩家拿五颗石子"
+
+
+def test_utf8_is_read_without_naming_an_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "book.txt"
+    path.write_text(_CHINESE_BOOK, encoding="utf-8")
+    assert load_document(path, "g").encodings == ()
+
+
+def test_a_folder_names_each_page_not_in_utf8(tmp_path: Path) -> None:
+    folder = tmp_path / "wiki"
+    folder.mkdir()
+    (folder / "1-setup.txt").write_bytes(_CHINESE_BOOK.encode("gbk"))
+    (folder / "2-turn.md").write_text("# 回合\n\n轮流投掷石子。\n", encoding="utf-8")
+    (folder / "3-end.html").write_bytes("<h1>结束</h1><p>石子用完即胜。</p>".encode("utf-16"))
+    doc = load_document(folder, "g")
+    assert doc.encodings == (("1-setup.txt", "GB18030"), ("3-end.html", "UTF-16LE"))
+    assert "每位玩家拿五颗石子。" in doc.text and "石子用完即胜。" in doc.text
 
 
 # ---------------------------------------------------------------- bad input
@@ -260,7 +313,8 @@ def test_non_utf8_garbage(tmp_path: Path) -> None:
     path = tmp_path / "book.txt"
     path.write_bytes(bytes(range(128, 256)) * 4)
     message = _error(path)
-    assert "not UTF-8" in message and "save it as UTF-8" in message
+    assert str(path) in message and "save it as UTF-8" in message
+    assert "not UTF-8 text, nor UTF-16 or GB18030" in message
 
 
 def test_latin1_text_names_its_probable_encoding(tmp_path: Path) -> None:
@@ -270,10 +324,11 @@ def test_latin1_text_names_its_probable_encoding(tmp_path: Path) -> None:
     assert "WINDOWS-1252" in message and "iconv" in message
 
 
-def test_nul_bytes_without_bom(tmp_path: Path) -> None:
+def test_binary_bytes_with_nuls_are_not_text(tmp_path: Path) -> None:
     path = tmp_path / "book.md"
-    path.write_bytes("Setup".encode("utf-16-le"))
-    assert "NUL bytes" in _error(path)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00\xff\xfe\x08\x06")
+    message = _error(path)
+    assert str(path) in message and "NUL bytes" in message and "UTF-16" in message
 
 
 @pytest.mark.parametrize(

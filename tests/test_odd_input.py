@@ -9,6 +9,7 @@ from rag.errors import InputError
 from rag.lang import detect_lang, unsupported_language
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
+from rag.settings import MAX_QUESTION_CHARS
 
 QUESTION = "When can't I do a stealth test?"
 
@@ -34,6 +35,12 @@ def test_control_and_bidi_characters_are_stripped(
 def test_a_question_of_control_characters_alone_is_empty(pipeline: Pipeline) -> None:
     with pytest.raises(InputError, match="The question is empty"):
         pipeline.ask("\x00\x1b[2J\u202e\u2066 \x07\u200e", game="suros")
+
+
+def test_a_question_longer_than_any_front_end_takes_is_refused(pipeline: Pipeline) -> None:
+    pipeline.ask("x" * MAX_QUESTION_CHARS, game="suros")  # the longest still answered
+    with pytest.raises(InputError, match=f"longer than {MAX_QUESTION_CHARS} characters"):
+        pipeline.ask("x" * (MAX_QUESTION_CHARS + 1), game="suros")
 
 
 @pytest.mark.parametrize(

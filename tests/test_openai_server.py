@@ -74,10 +74,11 @@ def test_a_wrong_model_name_is_one_clear_line(llama_server: str) -> None:
 
 
 def test_the_pipeline_answers_through_the_server(llama_server: str, settings: Settings) -> None:
-    gen = settings.generation.model_copy(
-        update={"backend": "openai", "base_url": llama_server, "model": ALIAS, "max_tokens": 48}
+    gen = settings.generation.model_copy(update={"backend": "openai", "max_tokens": 48})
+    server = settings.openai.model_copy(update={"chat_url": llama_server, "chat_model": ALIAS})
+    pipeline = Pipeline(
+        settings.model_copy(update={"generation": gen, "openai": server}), embedder=FakeEmbedder()
     )
-    pipeline = Pipeline(settings.model_copy(update={"generation": gen}), embedder=FakeEmbedder())
     pipeline.generator.warm_up()
     answer = pipeline.ask("How much HP does each player start with?", "suros")
     assert answer.backend == f"openai:{ALIAS}" and answer.quotes and not answer.abstained

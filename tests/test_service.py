@@ -18,10 +18,20 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import FakeEmbedder, ScriptedGenerator, on_fake_scale
 
-from api.local_state import ServiceState, read_state, state_path
+from api.local_state import (
+    ServiceState,
+    read_state,
+    record_path,
+    service_command,
+    service_home,
+    service_pids,
+    services_dir,
+    write_state,
+)
 from cli.service_client import ServiceClient
-from cli.service_process import LocalService, Readiness, is_service_process
+from cli.service_process import LocalService, Readiness
 from cli.ui import Ui
 from rag.pipeline import Pipeline
 from rag.settings import Settings
@@ -52,12 +62,14 @@ def service_env(home: Path, **settings: str) -> dict[str, str]:
 
 
 def rules(
-    env: dict[str, str], *args: str, stdin: str | None = None
+    env: dict[str, str], *args: str, stdin: str | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """The command as the installed `rules` script runs it: `-P`, so that the code imported
+    is never the working directory's."""
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        cwd=env["RULEKEEPER_HOME"], env=env, input=stdin, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-P", "-m", "cli.main", *args],
+        cwd=cwd or env["RULEKEEPER_HOME"], env=env, input=stdin, capture_output=True,
+        text=True, timeout=120, check=False,
     )  # fmt: skip
 
 
@@ -67,15 +79,22 @@ def ok(run: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str
     return run
 
 
-def recorded(home: Path) -> ServiceState:
-    state = read_state(home)
-    assert state is not None, "no service recorded"
-    return state
+def recorded(home: Path, timeout: float = 30) -> ServiceState:
+    """The one service of `home`, once it has recorded itself (a command that answered in
+    its own process starts it on the way out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = service_pids(home)
+        states = [read_state(home, pid) for pid in pids]
+        if len(pids) == 1 and states[0] is not None:
+            return states[0]
+        assert time.monotonic() < deadline, f"services {pids}, records {states}"
+        time.sleep(0.05)
 
 
 def wait_gone(pid: int, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
-    while is_service_process(pid):
+    while service_home(pid) is not None:
         assert time.monotonic() < deadline, f"service {pid} still running"
         time.sleep(0.05)
 
@@ -98,9 +117,8 @@ def env(tmp_path: Path, built_index: Path) -> Iterator[dict[str, str]]:
     home = tmp_path / "home"
     shutil.copytree(built_index, home / "index")
     yield service_env(home)
-    state = read_state(home)
-    if state is not None and is_service_process(state.pid):
-        os.kill(state.pid, signal.SIGKILL)
+    for pid in service_pids(home):
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -109,8 +127,8 @@ def test_ask_starts_the_service_once_and_answers_as_in_process(env: dict[str, st
     first = ok(rules(env, "ask", QUESTION, "--game", "MaxApoc"))
     assert first.stderr.count(STARTING) == 1
     state = recorded(home)
-    assert is_service_process(state.pid)
-    assert stat.S_IMODE(state_path(home).stat().st_mode) == 0o600  # the token is the user's
+    # The token is the user's.
+    assert stat.S_IMODE(record_path(home, state.pid).stat().st_mode) == 0o600
 
     warm = ok(rules(env, "ask", QUESTION, "--game", "MaxApoc"))
     assert STARTING not in warm.stderr and recorded(home).pid == state.pid
@@ -158,52 +176,99 @@ def test_errors_through_the_service_are_the_in_process_ones(env: dict[str, str])
 @pytest.mark.slow
 def test_a_killed_or_hung_service_is_replaced(env: dict[str, str]) -> None:
     home = Path(env["RULEKEEPER_HOME"])
-    ok(rules(env, "ask", QUESTION, "--game", "suros"))
+    ok(rules(env, "service", "start"))
     crashed = recorded(home)
     os.kill(crashed.pid, signal.SIGKILL)
     wait_gone(crashed.pid)
-    assert read_state(home) == crashed  # a crash leaves its record behind
+    assert read_state(home, crashed.pid) == crashed  # a crash leaves its record behind
 
     after_crash = ok(rules(env, "ask", QUESTION, "--game", "suros"))
     assert STARTING in after_crash.stderr and "Deciding rule:" in after_crash.stdout
+    assert not record_path(home, crashed.pid).exists()
     hung = recorded(home)
     assert hung.pid != crashed.pid
 
     os.kill(hung.pid, signal.SIGSTOP)  # accepts connections, never answers
     started = time.monotonic()
     after_hang = ok(rules(env, "ask", QUESTION, "--game", "suros"))
-    assert time.monotonic() - started < 30  # bounded: connect timeout, then a new service
+    assert time.monotonic() - started < 30  # bounded: connect timeout, then answered here
     assert "did not answer" in after_hang.stderr and STARTING in after_hang.stderr
+    assert "Deciding rule:" in after_hang.stdout
     wait_gone(hung.pid)
     assert recorded(home).pid not in (crashed.pid, hung.pid)
 
 
 @pytest.mark.slow
-def test_stale_or_broken_state_files_are_recovered(env: dict[str, str]) -> None:
+def test_a_clobbered_or_lost_record_leaves_no_service_behind(env: dict[str, str]) -> None:
     home = Path(env["RULEKEEPER_HOME"])
-    path = state_path(home)
-    path.write_text("{not json", encoding="utf-8")
-    assert "Deciding rule:" in ok(rules(env, "ask", QUESTION, "--game", "suros")).stdout
-    ok(rules(env, "service", "stop"))
-    assert not path.exists()
-
-    # A recorded pid now used by another process (here: this test) is never signalled.
-    stale = ServiceState(pid=os.getpid(), port=1, token="t", version="0", settings="s")
-    path.write_text(json.dumps(stale.__dict__), encoding="utf-8")
-    status = ok(rules(env, "service", "status", "--json"))
-    assert json.loads(status.stdout)["running"] is False and not path.exists()
-    path.write_text(json.dumps(stale.__dict__), encoding="utf-8")
+    ok(rules(env, "service", "start"))
+    garbled = recorded(home)
+    record_path(home, garbled.pid).write_text("{not json", encoding="utf-8")
     run = ok(rules(env, "ask", QUESTION, "--game", "suros"))
-    assert STARTING in run.stderr and recorded(home).pid != os.getpid()
+    assert f"(pid {garbled.pid}) has lost its record; stopping it" in run.stderr
+    assert "Deciding rule:" in run.stdout and STARTING in run.stderr
+    wait_gone(garbled.pid)
+
+    lost = recorded(home)
+    shutil.rmtree(services_dir(home))  # every record gone: the service is still found
+    status = json.loads(ok(rules(env, "service", "status", "--json")).stdout)
+    assert status["running"] and [s["pid"] for s in status["services"]] == [lost.pid]
+    assert status["status"] == "unrecorded"
+    assert "Stopped the Rulekeeper service" in ok(rules(env, "service", "stop")).stdout
+    wait_gone(lost.pid)
+    assert service_pids(home) == []
+
+    # A record naming another process (here: this test) is never signalled, and is dropped.
+    write_state(home, ServiceState(pid=os.getpid(), port=1, token="t", version="0", settings="s"))
+    status = json.loads(ok(rules(env, "service", "status", "--json")).stdout)
+    assert status["running"] is False and not record_path(home, os.getpid()).exists()
 
 
 @pytest.mark.slow
-def test_another_version_is_replaced(env: dict[str, str]) -> None:
+def test_stop_stops_every_service_of_this_home_and_only_those(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    home = Path(env["RULEKEEPER_HOME"])
+    other = service_env(tmp_path / "other-home")
+    shutil.copytree(home / "index", tmp_path / "other-home" / "index")
+    ok(rules(other, "service", "start"))
+    neighbour = recorded(tmp_path / "other-home")
+    ok(rules(env, "service", "start"))
+    # A second service of this home, as a command of an older version could have left.
+    second = subprocess.Popen(
+        service_command(home), cwd=home, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while read_state(home, second.pid) is None:
+            assert time.monotonic() < deadline and second.poll() is None
+            time.sleep(0.05)
+        pids = service_pids(home)
+        assert len(pids) == 2
+        status = json.loads(ok(rules(env, "service", "status", "--json")).stdout)
+        assert sorted(s["pid"] for s in status["services"]) == pids
+        stopped = ok(rules(env, "service", "stop"))
+        assert f"Stopped 2 Rulekeeper services (pids {pids[0]}, {pids[1]})." in stopped.stdout
+        second.wait(timeout=15)
+        for pid in pids:
+            wait_gone(pid)
+        assert service_home(neighbour.pid) == (tmp_path / "other-home").resolve()
+    finally:
+        second.kill()
+        second.wait()
+        ok(rules(other, "service", "stop"))
+
+
+@pytest.mark.slow
+def test_another_version_or_settings_are_replaced_but_not_client_settings(
+    env: dict[str, str],
+) -> None:
     home = Path(env["RULEKEEPER_HOME"])
     ok(rules(env, "service", "start"))
     old = recorded(home)
     # As an upgrade leaves it: the running service is of the version installed before.
-    state_path(home).write_text(json.dumps({**old.__dict__, "version": "0.0.1"}), "utf-8")
+    record_path(home, old.pid).write_text(json.dumps({**old.__dict__, "version": "0.0.1"}))
     run = ok(rules(env, "ask", QUESTION, "--game", "suros"))
     assert "another version" in run.stderr and STARTING in run.stderr
     wait_gone(old.pid)
@@ -211,8 +276,36 @@ def test_another_version_is_replaced(env: dict[str, str]) -> None:
     assert new.pid != old.pid and new.version != "0.0.1"
 
     # Other settings (here another k) would answer differently: also replaced.
-    other = ok(rules({**env, "RULEKEEPER_RETRIEVAL__K": "3"}, "ask", QUESTION, "-g", "suros"))
-    assert "other settings" in other.stderr and recorded(home).pid != new.pid
+    other_k = {**env, "RULEKEEPER_RETRIEVAL__K": "3"}
+    other = ok(rules(other_k, "ask", QUESTION, "-g", "suros"))
+    assert "other settings" in other.stderr
+    wait_gone(new.pid)
+    replaced = recorded(home)
+    # How long the command waits for the service changes nothing it answers: kept.
+    patient = {**other_k, "RULEKEEPER_SERVICE__CONNECT_TIMEOUT_S": "3"}
+    kept = ok(rules(patient, "ask", QUESTION, "-g", "suros"))
+    assert "other settings" not in kept.stderr and STARTING not in kept.stderr
+    assert recorded(home).pid == replaced.pid
+
+
+@pytest.mark.slow
+def test_the_service_imports_its_own_code_from_inside_a_checkout(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Run from a directory holding another copy of the code, the service still imports
+    the installed one: its settings match, and the next question finds it."""
+    home = Path(env["RULEKEEPER_HOME"])
+    checkout = tmp_path / "checkout"
+    for package in ("api", "rag"):
+        shutil.copytree(
+            ROOT / package, checkout / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    first = ok(rules(env, "ask", QUESTION, "-g", "suros", cwd=checkout))
+    assert STARTING in first.stderr
+    state = recorded(home)
+    again = ok(rules(env, "ask", QUESTION, "-g", "suros", cwd=checkout))
+    assert "other settings" not in again.stderr and STARTING not in again.stderr
+    assert recorded(home).pid == state.pid
 
 
 @pytest.mark.slow
@@ -222,19 +315,63 @@ def test_an_idle_service_stops_itself(env: dict[str, str]) -> None:
     ok(rules(idle, "service", "start"))
     state = recorded(home)
     wait_gone(state.pid, timeout=20)
-    assert read_state(home) is None  # it forgot itself on the way out
+    assert read_state(home, state.pid) is None  # it forgot itself on the way out
     assert "not running" in ok(rules(idle, "service", "status")).stdout
 
 
+def readiness(state: ServiceState, timeout: float = 30) -> str:
+    """What the service's /readyz says, once it listens (it records itself first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return str(httpx.get(f"{state.url}/readyz", timeout=10).json()["status"])
+        except httpx.ConnectError:
+            assert time.monotonic() < deadline, "the service never listened"
+            time.sleep(0.05)
+
+
+class SlowWarmUp(ScriptedGenerator):
+    """A model that takes minutes to load: the service never gets ready in a test."""
+
+    def warm_up(self) -> None:
+        time.sleep(600)
+
+
+def slow_service_pipeline(settings: Settings) -> Pipeline:
+    """The pipeline_factory of a service that is slow to load (only the service warms its
+    model up: a command answering in its own process starts at once)."""
+    return Pipeline(on_fake_scale(settings), embedder=FakeEmbedder(), generator=SlowWarmUp())
+
+
 @pytest.mark.slow
-def test_a_service_that_cannot_start_in_time_leaves_the_answer_to_this_process(
+def test_the_first_question_is_answered_here_while_the_service_loads(
     env: dict[str, str],
 ) -> None:
+    home = Path(env["RULEKEEPER_HOME"])
+    slow = {
+        **env,
+        "RULEKEEPER_PIPELINE_FACTORY": "test_service:slow_service_pipeline",
+        "RULEKEEPER_SERVICE__START_TIMEOUT_S": "1",
+    }
+    first = ok(rules(slow, "ask", QUESTION, "--game", "suros"))
+    assert "Deciding rule:" in first.stdout and "Answered by scripted" in first.stdout
+    assert first.stderr.count(STARTING) == 1 and "did not" not in first.stderr
+    loading = recorded(home)
+    # Answered while the service it started was still loading: it waited for none of it.
+    assert readiness(loading) == "loading"
+
+    # One still loading past start_timeout_s is given up on, and the answer comes from here.
+    second = ok(rules(slow, "ask", QUESTION, "--game", "suros"))
+    assert "did not answer" in second.stderr and "Deciding rule:" in second.stdout
+    wait_gone(loading.pid)
+
+
+@pytest.mark.slow
+def test_a_service_that_cannot_start_in_time_is_stopped(env: dict[str, str]) -> None:
     slow = {**env, "RULEKEEPER_SERVICE__START_TIMEOUT_S": "0.05"}
-    run = ok(rules(slow, "ask", QUESTION, "--game", "suros"))
-    assert "did not start" in run.stderr and "answering here" in run.stderr
-    assert "Deciding rule:" in run.stdout and "Answered by scripted" in run.stdout
-    assert read_state(Path(env["RULEKEEPER_HOME"])) is None
+    run = rules(slow, "service", "start")
+    assert run.returncode == 4 and "did not start" in run.stderr
+    assert service_pids(Path(env["RULEKEEPER_HOME"])) == []
 
 
 @pytest.mark.slow
@@ -352,7 +489,7 @@ def ticking(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter(range(10_000))
     monkeypatch.setattr("cli.service_process.time.monotonic", lambda: float(next(clock)))
     monkeypatch.setattr("cli.service_process.time.sleep", lambda _: None)
-    monkeypatch.setattr("cli.service_process.is_service_process", lambda _: True)
+    monkeypatch.setattr(LocalService, "serves", lambda self, pid: True)
 
 
 @pytest.mark.usefixtures("ticking")

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api.conversations import ConversationStore
 from api.deps import Guard, ServiceDep
 from api.errors import documented
 from api.schemas import AskRequest, AskResponse, QuotesEvent
-from api.service import AskQuery, AskService, cancelled_on_disconnect
+from api.service import AskQuery, AskService, Place, cancelled_on_disconnect
 from api.sse import event_stream, frame, sse_doc
 from rag.types import StreamEvent
 
@@ -21,11 +21,11 @@ router = APIRouter(
 )
 
 _STREAM_EXAMPLE = (
-    'event: queued\ndata: {"position": 1}\n\n'
     'event: quotes\ndata: {"text": "Rule text:\\n[1] Setup p. 4:\\n    “Each player draws '
     'two cards.”\\n    “Then draw one more card for each Scout you hold.”", "quotes": '
     '[{"n": 1, "chunk_id": "suros-0007", "game": "suros", "section": "Suros › Setup", '
     '"page": 4, "text": "Each player draws two cards.", "translation": null}, ...]}\n\n'
+    'event: queued\ndata: {"position": 1}\n\n'
     'event: token\ndata: {"text": "Each player "}\n\n'
     'event: token\ndata: {"text": "draws two cards."}\n\n'
     'event: citations\ndata: {"question": "...", "answer": "Conclusion: Each player draws two '
@@ -36,22 +36,22 @@ _STREAM_EXAMPLE = (
 )
 
 _STREAM_DESCRIPTION = (
-    "A question that must wait for the model gets the stream at once: `queued` events "
-    '(`{"position"}`: the answers still ahead of it) while it waits, when its place changes '
-    "and every few seconds; past the server's `queue_timeout_s` an `error` event `busy` (with "
-    "its `position` and `retry_after_s`), or, when the owner enabled `rule_text_when_busy`, "
-    "the rule text alone (`rule_text_only` in the answer). "
     'Quote first, then a checked conclusion. A `quotes` event (`{"text", "quotes"}`: the '
     "rule text rendered in the asker's language, and its quotes one by one, each as in the "
-    "answer's `quotes`) comes as soon as "
-    "the passages are found, before any token; a later `quotes` event replaces it (the "
-    "same quotes, the selected ones rendered for a question in another language). When "
-    "nothing near the question is found there is none "
-    "(and the answer may still abstain after one). `token` events "
+    "answer's `quotes`) comes as soon as the passages are found, whatever other questions "
+    "the model is busy with; a later `quotes` event replaces it (the same quotes, rendered "
+    "for a question in another language). When nothing near the question is found there is "
+    "none (and the answer may still abstain after one). While the conclusion waits for the "
+    'model, `queued` events (`{"position"}`: the answers still ahead of it) tell its place, '
+    "when it changes and every few seconds. `token` events "
     '(`{"text"}`) carry the conclusion\'s draft as the model writes it: not yet checked, and '
     "it may be withheld from the answer. Then one `citations` event with the full answer (as "
     "`/v1/ask` returns it, with `conclusion`, `quotes` and `checks`); it is authoritative and "
-    "replaces everything streamed before it. Then `done`. An error after the stream started "
+    "replaces everything streamed before it. Then `done`. When the model cannot be had in "
+    "time (its line full, a wait past the server's `queue_timeout_s`, a conclusion past its "
+    "`timeout_s`) the answer is the rule text alone, `rule_text_only` with a failed `load` "
+    "check and a line saying so; when that is known before the stream starts (the line "
+    "full), the response carries `Retry-After`. An error after the stream started "
     'arrives as an `error` event (`{"error": {"type", "message"}}`). Clients should ignore '
     "events they do not know."
 )
@@ -74,12 +74,18 @@ def _query(body: AskRequest, service: AskService) -> AskQuery:
     summary="Ask a rules question",
     description="Answers from the rulebook, quote first: the rule text verbatim (`quotes`) "
     "and a conclusion shown only when it passed its `checks`, with cited passages; the "
-    "`rules ask --json` contract, plus `conversation_id` for follow-ups.",
+    "`rules ask --json` contract, plus `conversation_id` for follow-ups. When the model "
+    "cannot be had in time the rule text alone answers (`rule_text_only`, with "
+    "`Retry-After`).",
 )
-async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskResponse:
+async def ask(
+    body: AskRequest, request: Request, response: Response, service: ServiceDep
+) -> AskResponse:
     stream = await service.start(_query(body, service), request)
     async with cancelled_on_disconnect(request, stream):
         answer = await stream.answer()
+    if stream.retry_after is not None:
+        response.headers["Retry-After"] = str(stream.retry_after)
     return AskResponse.of(answer, stream.conversation_id, stream.waited)
 
 
@@ -91,19 +97,17 @@ async def ask(body: AskRequest, request: Request, service: ServiceDep) -> AskRes
     responses=sse_doc(
         "The answer as server-sent events.",
         _STREAM_EXAMPLE,
-        ["queued", "quotes", "token", "citations", "done", "error"],
+        ["quotes", "queued", "token", "citations", "done", "error"],
     ),
 )
 async def ask_stream(body: AskRequest, request: Request, service: ServiceDep) -> StreamingResponse:
-    stream = service.submit(_query(body, service))
-    if not stream.waiting:  # the model is free: a bad question fails with its HTTP status
-        stream = await service.start_submitted(stream, request)
+    stream = await service.start(_query(body, service), request)
 
-    async def frames(events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
-        async for position in stream.places():
-            yield frame({"position": position}, "queued")
+    async def frames(events: AsyncIterator[StreamEvent | Place]) -> AsyncIterator[str]:
         async for event in events:
-            if event.kind == "answer" and event.answer is not None:
+            if isinstance(event, Place):
+                yield frame({"position": event.position}, "queued")
+            elif event.kind == "answer" and event.answer is not None:
                 answer = AskResponse.of(event.answer, stream.conversation_id, stream.waited)
                 yield frame(answer.model_dump(mode="json"), "citations")
             elif event.kind == "quotes":

@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api.deps import Guard, PipelineDep, ServiceDep
@@ -25,12 +25,14 @@ from api.schemas import (
     ModelList,
     Usage,
 )
-from api.service import AskQuery, AskService, cancelled_on_disconnect
+from api.service import AskQuery, AskService, Place, cancelled_on_disconnect, skipped_for_load
 from api.sse import comment, event_stream, frame, sse_doc
+from rag.answering.assembly import rule_text
 from rag.errors import GameNotFoundError
-from rag.lang import CJK_RE
+from rag.lang import CJK_RE, detect_lang
 from rag.pipeline import Pipeline
-from rag.types import Answer, StreamEvent
+from rag.prompting import phrases
+from rag.types import Answer, Lang, Quote, StreamEvent
 
 router = APIRouter(
     prefix="/v1",
@@ -88,10 +90,11 @@ def _sources(answer: Answer, pipeline: Pipeline) -> str:
     return "\n".join([heading, *lines])
 
 
-def _content(answer: Answer, service: AskService, with_sources: bool) -> str:
+def _with_sources(text: str, answer: Answer, service: AskService, with_sources: bool) -> str:
+    """`text`, followed by the answer's sources when it has some and they are wanted."""
     if not with_sources or not answer.citations:
-        return answer.answer
-    return f"{answer.answer}\n\n{_sources(answer, service.pipeline)}"
+        return text
+    return f"{text}\n\n{_sources(answer, service.pipeline)}"
 
 
 def _query(body: ChatCompletionRequest, service: AskService) -> AskQuery:
@@ -119,19 +122,53 @@ def _query(body: ChatCompletionRequest, service: AskService) -> AskQuery:
 _STREAM_EXAMPLE = (
     'data: {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, '
     '"delta": {"role": "assistant", "content": ""}}], ...}\n\n'
-    ": checking\n\n"
     'data: {"id": "chatcmpl-1", ..., "choices": [{"index": 0, "delta": {"content": '
-    '"Conclusion: Each player draws two cards. [1]\\n\\nRule text:\\n[1] Setup p. 4: '
-    '“Each player draws two cards.”\\n\\nThis answer is for reference only; ..."}}]}\n\n'
+    '"Deciding rule: [1] Setup p. 4:\\n    “Each player draws two cards.”"}}]}\n\n'
+    'data: {..., "choices": [{"index": 0, "delta": {"content": "\\n\\nConclusion: Each "}}]}\n\n'
+    'data: {..., "choices": [{"index": 0, "delta": {"content": "player draws two cards."}}]}\n\n'
+    'data: {..., "choices": [{"index": 0, "delta": {"content": "\\n\\nThis answer is for '
+    'reference only; ...\\n\\nSources:\\n[1] Suros › Setup, p. 4"}}]}\n\n'
     'data: {"id": "chatcmpl-1", ..., "choices": [{"index": 0, "delta": {}, "finish_reason": '
     '"stop"}], "rulekeeper": {"answer": "...", "conclusion": "...", "quotes": [...], '
     '"checks": [...], "citations": [...], ...}}\n\n'
     "data: [DONE]\n\n"
 )
 
-# While the conclusion is written and checked nothing final can be sent; a comment line this
-# often keeps proxies from closing the quiet connection.
-KEEP_ALIVE_S = 5.0
+
+def _after_rule_text(answer: Answer, sent: str, draft: str) -> str:
+    """What a streamed reply adds once the answer is final, after the rule text `sent` at
+    once and the conclusion's `draft` streamed as written (both may be empty): the
+    renderings made since, the answer's own lines (why it has no conclusion, the
+    reminder), and the conclusion unless the draft said it already; a draft that then
+    failed the checks is disowned."""
+    words = phrases(answer.lang)
+    if not sent:  # nothing was sent early: the whole answer
+        return answer.answer
+    shown = set(rule_text(answer.quotes, answer.lang).split("\n\n"))
+    parts = [p for p in answer.answer.split("\n\n") if p not in shown]
+    rendered = [q for q in answer.quotes if q.rendering or q.rendering_withheld]
+    if rendered and rule_text(answer.quotes, answer.lang) != sent:
+        parts.insert(0, _renderings(rendered, answer.lang))
+    if draft:
+        heading = f"{words['heading_conclusion']}: "
+        said = next((p for p in parts if p.startswith(heading)), None)
+        if said is not None:
+            parts.remove(said)
+            if " ".join(draft.split()) != " ".join((answer.conclusion or "").split()):
+                parts.insert(0, f"{words['heading_checked']}: {said[len(heading) :]}")
+        elif answer.conclusion is None and not skipped_for_load(answer):
+            parts.insert(0, words["draft_withheld"])
+    return "\n\n".join(parts)
+
+
+def _renderings(quotes: list[Quote], lang: Lang) -> str:
+    """The quotes with their renderings (or why one is withheld), each under its marker."""
+    words = phrases(lang)
+    return "\n".join(
+        f"[{q.n}] “{q.text}”\n      {words['rendering']}: "
+        f"{q.rendering or words['rendering_withheld']}"
+        for q in quotes
+    )
 
 
 @router.post(
@@ -142,9 +179,13 @@ KEEP_ALIVE_S = 5.0
     "a 404 `model_not_found`. The message ends with its sources (section and page; the "
     "`api.chat_sources` setting turns that off). `usage` is an estimate (see `Usage`). The "
     "answer's citations, passages, quotes and checks come in the `rulekeeper` field (the "
-    "finishing chunk's, when streaming). A stream carries only final text: the whole checked "
-    "answer arrives in one chunk once it is ready (the draft being checked is never sent); "
-    "until then the stream holds only comment lines. Errors are in OpenAI's shape.",
+    "finishing chunk's, when streaming). A stream sends the rule text as soon as it is found "
+    "(whatever other questions the model is busy with), then the conclusion token by token "
+    "as the model writes it (only when it may be shown; a draft that then fails the checks is "
+    "followed by a line saying so, and a checked one that differs from its draft is given "
+    "again), then the answer's own lines, the reminder and the sources. When the model cannot "
+    "be had in time, the rule text is the answer, with a line saying so. Errors are in "
+    "OpenAI's shape.",
     response_model=ChatCompletion,
     responses=sse_doc(
         "A `chat.completion`, or with `stream: true` server-sent `chat.completion.chunk` "
@@ -154,16 +195,19 @@ KEEP_ALIVE_S = 5.0
     ),
 )
 async def chat_completions(
-    body: ChatCompletionRequest, request: Request, service: ServiceDep
+    body: ChatCompletionRequest, request: Request, response: Response, service: ServiceDep
 ) -> ChatCompletion | StreamingResponse:
-    stream = await service.start(_query(body, service), request)
+    query = _query(body, service)
+    stream = await service.start(query, request)
     completion_id = "chatcmpl-" + secrets.token_hex(12)
     created = int(time.time())
     with_sources = service.settings.chat_sources
     if not body.stream:
         async with cancelled_on_disconnect(request, stream):
             answer = await stream.answer()
-        content = _content(answer, service, with_sources)
+        if stream.retry_after is not None:
+            response.headers["Retry-After"] = str(stream.retry_after)
+        content = _with_sources(answer.answer, answer, service, with_sources)
         return ChatCompletion(
             id=completion_id,
             created=created,
@@ -190,22 +234,33 @@ async def chat_completions(
         )
         return frame(event.model_dump(mode="json"))
 
-    async def frames(events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
+    conclusion_heading = phrases(detect_lang(query.question))["heading_conclusion"]
+
+    async def frames(events: AsyncIterator[StreamEvent | Place]) -> AsyncIterator[str]:
         yield chunk(ChunkDelta(role="assistant", content=""))
-        quiet_since = time.monotonic()
+        sent = draft = content = ""
         async for event in events:
-            if event.kind != "answer" or event.answer is None:
-                # Rule text and the conclusion's unchecked draft: content a chat client
-                # shows must be final, and the final answer starts with the conclusion.
-                if time.monotonic() - quiet_since >= KEEP_ALIVE_S or event.kind == "quotes":
-                    quiet_since = time.monotonic()
-                    yield comment("checking")
+            if isinstance(event, Place):  # waiting for the model: a comment keeps it open
+                yield comment(f"queued {event.position}")
                 continue
-            content = _content(event.answer, service, with_sources)
-            yield chunk(ChunkDelta(content=content))
-            yield chunk(ChunkDelta(), AskResponse.of(event.answer, None, stream.waited))
-            if body.stream_options and body.stream_options.include_usage:
-                yield chunk(None, usage=_usage(body, content))
+            text = ""
+            if event.kind == "quotes" and not sent:  # later ones add renderings: at the end
+                text = sent = event.text
+            elif event.kind == "token":
+                heading = "" if draft else f"\n\n{conclusion_heading}: "
+                draft += event.text
+                text = heading + event.text
+            elif event.answer is not None:
+                rest = _after_rule_text(event.answer, sent, draft)
+                rest = f"\n\n{rest}" if sent else rest
+                text = _with_sources(rest, event.answer, service, with_sources)
+            if text:
+                content += text
+                yield chunk(ChunkDelta(content=text))
+            if event.answer is not None:
+                yield chunk(ChunkDelta(), AskResponse.of(event.answer, None, stream.waited))
+                if body.stream_options and body.stream_options.include_usage:
+                    yield chunk(None, usage=_usage(body, content))
         yield frame("[DONE]")
 
     return event_stream(request, stream, frames, error_event=None)

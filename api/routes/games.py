@@ -11,7 +11,7 @@ from api.errors import ApiError, documented
 from api.schemas import GameList, GameOut, SectionList, SectionOut
 from rag.contents import Section, find_sections, table_of_contents
 from rag.errors import InputError
-from rag.types import Chunk
+from rag.types import Chunk, GameInfo
 
 router = APIRouter(
     prefix="/v1/games",
@@ -123,6 +123,12 @@ def get_section(
     passage = next((c for c in chunks if c.id == section_id), None)
     if passage is not None:
         return _passage(passage, number[passage.id])
+    return _whole(find_section(info, toc, section_id))
+
+
+def find_section(info: GameInfo, toc: list[Section], section_id: str) -> Section:
+    """The one section a number or name names, as `rules show` finds it; 404 when none
+    does, 409 when several do."""
     try:
         found = find_sections(toc, section_id)
     except InputError as exc:  # a number past the table of contents
@@ -142,4 +148,4 @@ def get_section(
             f"{section_id!r} matches {len(found)} sections of {info.title}; give one's number: "
             f"{matches}.",
         )
-    return _whole(found[0])
+    return found[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -137,9 +138,10 @@ def run_chat(session: ChatSession, ui: Ui, read_line: Callable[[str], str] = inp
                 if not run_command(session, ui, line):
                     return
             elif line:
+                asked = time.perf_counter()
                 answer = stream_answer(ui, session.ask(line))
                 session.record(answer)
-                print_sources(ui, answer)
+                print_sources(ui, answer, time.perf_counter() - asked)
                 ui.print()  # a gap before the next prompt
         except KeyboardInterrupt:
             ui.note("(answer stopped)")

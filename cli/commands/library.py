@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.table import Table
@@ -15,9 +15,13 @@ from cli.render import print_games
 from cli.state import get_state
 from cli.toc import outline
 from cli.ui import Ui
+from cli.viewing import page_image
 from rag.contents import Section, find_sections, table_of_contents
 from rag.errors import IngestError, InputError
 from rag.types import Lang
+
+if TYPE_CHECKING:  # the pipeline pulls in numpy and FAISS: `rules --help` should not wait
+    from rag.pipeline import PlannedBook
 
 _LANGUAGES = {"en": "English", "zh": "Chinese"}
 
@@ -38,10 +42,41 @@ def show(
             "(case-insensitive; 'Setup > Map' narrows by path)."
         ),
     ] = None,
+    page: Annotated[
+        int | None,
+        typer.Option(
+            "--page",
+            "-p",
+            min=1,
+            help="Instead: this page of a PDF rulebook as an image (PNG); prints its path.",
+        ),
+    ] = None,
+    quote: Annotated[
+        str | None,
+        typer.Option("--quote", "-q", help="With --page: a sentence of the page to highlight."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="With --page: write the image here (default: in HOME's cache)."
+        ),
+    ] = None,
     no_daemon: NoDaemonOption = False,
 ) -> None:
-    """Read a rulebook: its table of contents, or one section's text."""
+    """Read a rulebook: its table of contents, or one section's text, or (`--page`) one of
+    its printed pages, a sentence highlighted."""
     state = get_state(ctx)
+    if page is None and (quote is not None or out is not None):
+        raise typer.BadParameter("--quote and --out go with --page.", param_hint="--page")
+    if page is not None:
+        if section is not None:
+            raise typer.BadParameter("give a SECTION or a --page, not both.", param_hint="--page")
+        image = page_image(state.settings, state.pipeline.corpus.resolve(game), page, quote)
+        if out is not None:
+            out.write_bytes(image.read_bytes())
+            image = out
+        state.ui.text(str(image))
+        return
     rules = state.rules(here=no_daemon)
     info = rules.corpus.resolve(game)
     toc = table_of_contents(rules.chunks(info.slug))
@@ -126,20 +161,46 @@ def add(
             help="Another name players use for it, no other game's (repeatable).",
         ),
     ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Go ahead even when embedding it is estimated to take longer than "
+            "embedding.add_confirm_minutes.",
+        ),
+    ] = False,
 ) -> None:
-    """Add your own rulebook and index it, so questions can be asked about it."""
+    """Add your own rulebook and index it, so questions can be asked about it.
+
+    It says first how many passages and sentences it will embed and about how long that
+    takes; past embedding.add_confirm_minutes it goes ahead only with --yes.
+    """
     if not file.exists():
         raise IngestError(f"{file}: no such file or folder; check the path.")
     state = get_state(ctx)
     pipeline = state.pipeline
+    plan = pipeline.plan_book(file, title, alias or ())
+    limit = pipeline.settings.embedding.add_confirm_minutes
+    if plan.seconds > limit * 60 and not yes:
+        raise InputError(
+            f"{_plan_line(plan)} That is past embedding.add_confirm_minutes ({limit:g} min): "
+            "add --yes to go ahead."
+        )
+    state.ui.note(_plan_line(plan))
     with state.ui.index_progress() as progress:
-        added = pipeline.add_book(file, title, alias or (), progress=progress)
+        added = pipeline.add_planned(plan, progress=progress)
     state.stop_service()
     info, report = added.game, added.report
     pages = f"{report.pages} pages, " if report.pages is not None else ""
+    # A Chinese text is measured in characters: it has no spaces to tell words apart.
+    length = (
+        f"{report.characters} characters" if report.language == "zh" else f"{report.words} words"
+    )
     state.ui.text(
         f"Added {info.title} as {info.slug}: {pages}{report.sections} sections, "
-        f"{report.passages} passages, {report.words} words, {_LANGUAGES[report.language]}."
+        f"{report.sentences} sentences, {report.passages} passages, {length}, "
+        f"{_LANGUAGES[report.language]}."
     )
     for warning in report.warnings:
         state.ui.warning(warning.message)
@@ -151,6 +212,21 @@ def add(
         f"`rules render {other} --game {info.slug}` renders it all ahead "
         "(a few seconds a sentence)."
     )
+
+
+def _plan_line(plan: PlannedBook) -> str:
+    guess = "" if plan.measured else " (a first guess: no build here has timed the embedder yet)"
+    return (
+        f"{plan.info.title}: {plan.passages} passages and {plan.sentences} sentences to "
+        f"embed, about {_duration(plan.seconds)}{guess}."
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def remove(
@@ -187,14 +263,19 @@ def index(
         ),
     ] = False,
 ) -> None:
-    """Build the search index if the rulebooks or the embedder changed (or if asked to)."""
+    """Build the search index if the rulebooks or the embedder changed (or if asked to), and
+    finish adding rulebooks whose `rules add` was interrupted."""
     state = get_state(ctx)
     pipeline = state.pipeline
     before = pipeline.index_store().read_manifest()
+    interrupted = pipeline.corpus.incomplete
+    slugs = [game.slug for game in interrupted]
     with state.ui.index_progress() as progress:
-        manifest = pipeline.ensure_index(rebuild=rebuild, progress=progress).index.manifest
+        manifest = pipeline.finish_adding(slugs, progress, rebuild=rebuild).index.manifest
     if manifest != before:
         state.stop_service()
+    for game in interrupted:
+        state.ui.text(f"Finished adding {game.title} ({game.slug}).")
     state.ui.text(
         f"Index at {pipeline.settings.index_dir}: {manifest['chunks']} passages from "
         f"{len(manifest['games'])} games, embedder {manifest['embedding_model']}, "

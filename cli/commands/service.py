@@ -27,33 +27,36 @@ def _service(ctx: typer.Context) -> tuple[LocalService, Ui]:
     return LocalService(state.settings), state.ui
 
 
-def _report(service: LocalService, running: ServiceState | None) -> dict[str, Any]:
-    if running is None:
-        return {"running": False, "log": str(service.log_path)}
-    rss = resident_bytes(running.pid)
-    return {
-        "running": True,
-        "status": service.readiness(running),
-        "url": running.url,
-        "pid": running.pid,
-        "version": running.version,
-        "uptime_s": round(time.time() - running.started_at, 1),
+def _report(service: LocalService, pid: int, state: ServiceState | None) -> dict[str, Any]:
+    rss = resident_bytes(pid)
+    found: dict[str, Any] = {
+        "pid": pid,
         "memory_mb": None if rss is None else round(rss / 2**20, 1),
-        "log": str(service.log_path),
+    }
+    if state is None:  # running, but its record is lost: it cannot be asked, only stopped
+        return {**found, "status": "unrecorded"}
+    return {
+        **found,
+        "status": service.readiness(state),
+        "url": state.url,
+        "version": state.version,
+        "uptime_s": round(time.time() - state.started_at, 1),
     }
 
 
-def _print_report(ui: Ui, report: dict[str, Any]) -> None:
-    if not report["running"]:
-        ui.text("The Rulekeeper service is not running; `rules ask` starts it.")
-        return
+def _print_service(ui: Ui, report: dict[str, Any]) -> None:
     memory = "unknown" if report["memory_mb"] is None else f"{report['memory_mb']} MB"
+    if report["status"] == "unrecorded":
+        ui.text(
+            f"A Rulekeeper service runs without its record (pid {report['pid']}, memory "
+            f"{memory}): the next `rules ask` or `rules service stop` stops it."
+        )
+        return
     ui.text(
         f"The Rulekeeper service is {report['status']} at {report['url']} "
         f"(pid {report['pid']}, version {report['version']}, up {report['uptime_s']:.0f} s, "
         f"memory {memory})."
     )
-    ui.note(f"Log: {report['log']}")
 
 
 def status(
@@ -62,33 +65,46 @@ def status(
         bool, typer.Option("--json", help="Print one JSON object and nothing else on stdout.")
     ] = False,
 ) -> None:
-    """Whether the service runs: its address, process, version, state and memory."""
+    """Whether the service runs: its address, process, version, state and memory (every
+    service of this home, if more than one runs)."""
     service, ui = _service(ctx)
-    report = _report(service, service.running())
+    reports = [_report(service, pid, state) for pid, state in service.running()]
     if as_json:
-        typer.echo(json.dumps(report))
-    else:
-        _print_report(ui, report)
+        # The first service's fields at the top, as scripts read them when one runs.
+        first = reports[0] if reports else {}
+        log = str(service.log_path)
+        typer.echo(json.dumps({"running": bool(reports), **first, "services": reports, "log": log}))
+        return
+    if not reports:
+        ui.text("The Rulekeeper service is not running; `rules ask` starts it.")
+    for report in reports:
+        _print_service(ui, report)
+    ui.note(f"Log: {service.log_path}")
 
 
 def start(ctx: typer.Context) -> None:
     """Start the service (unless it runs) and wait until it has loaded the index."""
     service, ui = _service(ctx)
-    running = service.connect(ui, start=True)
+    running = service.connect(ui) or service.start(ui, wait=True)
     if running is None:
         raise typer.Exit(ExitCode.SETUP)
-    _print_report(ui, _report(service, running))
+    _print_service(ui, _report(service, running.pid, running))
 
 
 def stop(ctx: typer.Context) -> None:
-    """Stop the service; the next `rules ask` starts it again."""
+    """Stop every service of this home; the next `rules ask` starts one again."""
     service, ui = _service(ctx)
-    running = service.running()
-    if running is None:
+    pids = [pid for pid, _ in service.running()]
+    if not pids:
         ui.text("The Rulekeeper service is not running.")
         return
-    service.stop(running)
-    ui.text(f"Stopped the Rulekeeper service (pid {running.pid}).")
+    service.stop(pids)
+    listed = ", ".join(map(str, pids))
+    ui.text(
+        f"Stopped the Rulekeeper service (pid {listed})."
+        if len(pids) == 1
+        else f"Stopped {len(pids)} Rulekeeper services (pids {listed})."
+    )
 
 
 app.command()(status)

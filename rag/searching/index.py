@@ -35,6 +35,10 @@ from rag.types import Chunk
 
 Progress = Callable[[str, int, int], None]
 
+# Seconds the default embedder takes per text (a passage or a sentence) on a small CPU: a
+# first guess at how long adding a rulebook takes, until a build here has measured it.
+DEFAULT_SECONDS_PER_TEXT = 0.06
+
 FORMAT_VERSION = 4  # 2: the manifest counts the passages embedded and reused; 3: sentences;
 # 4: a table of numbers is one sentence
 
@@ -158,6 +162,13 @@ class IndexStore:
         wanted = expected_manifest(corpus, settings, embedder_name)
         return all(stored.get(key) == value for key, value in wanted.items())
 
+    def seconds_per_text(self, embedder_name: str) -> float | None:
+        """How long the embedder took per text in the builds of this index, when measured."""
+        manifest = self.read_manifest() or {}
+        rate = manifest.get("seconds_per_text")
+        current = manifest.get("embedding_model") == embedder_name
+        return float(rate) if current and isinstance(rate, int | float) else None
+
     def build(
         self,
         corpus: Corpus,
@@ -171,6 +182,7 @@ class IndexStore:
         """Index the chunks, reusing the stored index's vectors unless `reuse` is off."""
         faiss = _faiss()
         started = time.perf_counter()
+        timer = _EmbeddingTimer()
         stored = self.stored_vectors() if reuse else {}
         keys = [vector_key(embedder.name, chunk) for chunk in chunks]
         new = [i for i, key in enumerate(keys) if key not in stored]
@@ -181,7 +193,7 @@ class IndexStore:
             embedded = embedder.embed_passages(
                 [_embedding_text(chunks[i]) for i in new],
                 batch_size=settings.embedding.batch_size,
-                progress=on_batch,
+                progress=timer.timing(on_batch),
             )
             stored = {**stored, **dict(zip((keys[i] for i in new), embedded, strict=True))}
         vectors = (
@@ -198,7 +210,7 @@ class IndexStore:
             embedder,
             stored=self.stored_sentences() if reuse else None,
             batch_size=settings.embedding.batch_size,
-            on_batch=on_sentences,
+            on_batch=timer.timing(on_sentences),
         )
         manifest = {
             **expected_manifest(corpus, settings, embedder.name),
@@ -210,6 +222,7 @@ class IndexStore:
             "sentences": sum(len(texts) for texts in sentences.texts.values()),
             "sentences_embedded": sentences_embedded,
             "games": corpus.slugs,
+            "seconds_per_text": timer.seconds_per_text() or self.seconds_per_text(embedder.name),
             "build_seconds": round(time.perf_counter() - started, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
@@ -309,6 +322,34 @@ class IndexStore:
         built.rename(self.folder)
         if retired:
             shutil.rmtree(retired)
+
+
+class _EmbeddingTimer:
+    """Times the embedding of texts, but each call's first batch: the first also loads the
+    model, which a rulebook's estimate must not count once per text."""
+
+    MIN_TEXTS = 64  # fewer say more about the machine's load at the time than its speed
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.texts = 0
+
+    def timing(self, report: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
+        last: list[tuple[float, int]] = []
+
+        def on_batch(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if last:
+                self.seconds += now - last[0][0]
+                self.texts += done - last[0][1]
+            last[:] = [(now, done)]
+            if report:
+                report(done, total)
+
+        return on_batch
+
+    def seconds_per_text(self) -> float | None:
+        return round(self.seconds / self.texts, 6) if self.texts >= self.MIN_TEXTS else None
 
 
 def vector_key(embedder_name: str, chunk: Chunk) -> str:
