@@ -28,6 +28,7 @@ from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
 from rag.answering.quotes import (
+    BY_SENTENCES,
     BY_SENTENCES_AND_PASSAGE,
     PassageChoice,
     deciding_sentences,
@@ -45,7 +46,7 @@ Choice = Callable[[str, Lang, Sequence[Sentence]], list[Sentence]]
 
 
 def closest_of_all(most: int) -> Choice:
-    """The closest sentences of all passages (the quote layer before session 6)."""
+    """The closest sentences of all passages (the first quote layer, kept to compare against)."""
     return lambda question, lang, ranked: list(ranked[:most])
 
 
@@ -74,14 +75,16 @@ CHOICES: dict[str, Choice] = {
     "retrieval's first passage, 5 quotes": first_passage(5),
     **{
         f"one passage by its {summed} closest, {most} quotes": one_passage(
-            most, PassageChoice(summed=summed)
+            most, replace(BY_SENTENCES, summed=summed)
         )
         for most in (5, 7)
         for summed in (1, 2, 3)
     },
     **{
         f"by 2 closest + {w} x passage, {lex} x keywords, less {p} a place, 7 quotes": (
-            one_passage(7, PassageChoice(passage_weight=w, lexical_weight=lex, rank_penalty=p))
+            one_passage(
+                7, replace(BY_SENTENCES, passage_weight=w, lexical_weight=lex, rank_penalty=p)
+            )
         )
         for w, lex, p in WEIGHTS
     },

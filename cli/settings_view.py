@@ -1,17 +1,25 @@
-"""`rules config`'s view of the effective settings: TOML one can paste into the config file,
-each key with its description and, when it is not the default, where its value came from."""
+"""`rules config`'s views of the settings: the effective ones as TOML one can paste into the
+config file, each key with its description and, when it is not the default, where its value
+came from; and (`--reference`) the reference of every setting, read from the settings model."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Mapping
-from typing import Any
+import types
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeGuard, Union, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel
+import annotated_types
+from pydantic import BaseModel, IPvAnyNetwork
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+from pydantic_settings import BaseSettings
 
-from rag.settings import ENV_PREFIX, NON_SETTING_VARIABLES
+from rag.settings import ENV_PREFIX, NON_SETTING_VARIABLES, PROJECT_ROOT, Settings
 
 # Secrets are masked, never printed whole: terminals get screenshotted and logs get shared.
 # By name, so that a new key, token or password setting is masked without being listed here.
@@ -128,3 +136,149 @@ def _toml(value: Any) -> str:
     # Anything else (a path, an IP network) as its text. JSON string escapes are valid TOML
     # basic-string escapes.
     return json.dumps(value if isinstance(value, str) else str(value), ensure_ascii=False)
+
+
+# --- the reference: docs/configuration.md --------------------------------------------------
+
+_REFERENCE_HEAD = """\
+# Configuration reference
+
+<!-- Generated from the settings model (rag/settings.py) by `python -m cli.reference`; edit
+the model's descriptions, not this page. `rules config --reference` prints the same. -->
+
+Rulekeeper has one settings object. Each setting comes from, highest first:
+
+1. an environment variable: the key's name in capitals after `{prefix}` for a top-level
+   setting (`{top}`), with `{sep}` between a group and its key for one in a group
+   (`{prefix}GROUP{sep}KEY`); a list or a table is given as JSON;
+2. the config file, TOML, each group a table (`[group]`, then `key = value` lines):
+   `$RULEKEEPER_CONFIG`, else `config.toml` in `$RULEKEEPER_HOME` (default
+   `~/.rulekeeper/config.toml`);
+3. the default listed here.
+
+A key in the file or a `{prefix}*` variable that names no setting is refused, with the nearest
+valid one. `rules config` prints the settings in effect, as TOML one can paste into the file,
+and where each came from; `rules config --path`, the config file it reads.
+"""
+
+# Types whose class name says little to a reader.
+_TYPE_NAMES: dict[Any, str] = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    Path: "path",
+    IPvAnyNetwork: "IP address or network",
+}
+_BOUNDS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"), ("min_length", "length ≥"))
+
+
+def settings_reference(settings: type[BaseSettings] = Settings) -> str:
+    """Every setting of the model, group by group: its type and bounds, default, environment
+    variable and description, as Markdown (docs/configuration.md)."""
+    prefix = settings.model_config.get("env_prefix", "")
+    separator = settings.model_config.get("env_nested_delimiter") or "__"
+    others = ", ".join(f"`{name}`" for name in sorted(NON_SETTING_VARIABLES))
+    top = next(n for n, f in settings.model_fields.items() if not _is_group(f.annotation))
+    head = _REFERENCE_HEAD.format(prefix=prefix, sep=separator, top=prefix + top.upper())
+    lines = [head + f"\nVariables the project reads that are not settings: {others}.\n"]
+    for group, model in _groups(settings, ()):
+        title = f"`[{'.'.join(group)}]`" if group else "Top-level settings"
+        lines += [f"## {title}", ""]
+        if group and model.__doc__:
+            lines += [" ".join(model.__doc__.split()), ""]
+        for name, field in model.model_fields.items():
+            if not _is_group(field.annotation):
+                variable = prefix + separator.join((*group, name)).upper()
+                lines += _reference_entry((*group, name), field, variable)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _is_group(annotation: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _groups(
+    model: type[BaseModel], path: tuple[str, ...]
+) -> Iterator[tuple[tuple[str, ...], type[BaseModel]]]:
+    """The model and every group within it, depth first, each with its path."""
+    yield path, model
+    for name, field in model.model_fields.items():
+        group = field.annotation
+        if _is_group(group):
+            yield from _groups(group, (*path, name))
+
+
+def _reference_entry(path: tuple[str, ...], field: FieldInfo, variable: str) -> list[str]:
+    facts = [_type_text(field.annotation), *_bounds(field)]
+    default = _default_text(field)
+    lines = [
+        f"### `{'.'.join(path)}`",
+        "",
+        f"{', '.join(facts)}; default {default}; `{variable}`",
+        "",
+    ]
+    if field.description:
+        lines += [field.description, ""]
+    item = get_args(field.annotation)[0] if get_origin(field.annotation) is list else None
+    if _is_group(item):
+        lines += ["Each table has:", ""]
+        for name, inner in item.model_fields.items():
+            kind = ", ".join([_type_text(inner.annotation), *_bounds(inner)])
+            lines.append(f"- `{name}` ({kind}): {inner.description or ''}".rstrip(": "))
+        lines.append("")
+    return lines
+
+
+def _type_text(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(f"`{_toml(arg)}`" for arg in args)
+    if origin in (Union, types.UnionType):
+        kinds = [_type_text(arg) for arg in args if arg is not type(None)]
+        return " or ".join(kinds) + (", or unset" if type(None) in args else "")
+    if origin is list:
+        (item,) = args
+        return "list of tables" if _is_group(item) else f"list of {_type_text(item)}"
+    return _TYPE_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _bounds(field: FieldInfo) -> list[str]:
+    found = []
+    for constraint in field.metadata:
+        if isinstance(constraint, annotated_types.BaseMetadata):
+            found += [
+                f"{sign} {getattr(constraint, name)}"
+                for name, sign in _BOUNDS
+                if getattr(constraint, name, None) is not None
+            ]
+    return found
+
+
+def _default_text(field: FieldInfo) -> str:
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "none (required)"
+    if field.default_factory is None:
+        value = field.default
+    else:
+        # A default as a fresh installation has it: `home`'s reads RULEKEEPER_HOME, which is
+        # the variable that sets `home` itself.
+        ours = [name for name in os.environ if name.upper().startswith(ENV_PREFIX)]
+        saved = {name: os.environ.pop(name) for name in ours}
+        try:
+            value = field.get_default(call_default_factory=True, validated_data={})
+        finally:
+            os.environ.update(saved)
+    if value is None:
+        return "unset"
+    if isinstance(value, Path):
+        return f"`{_shown_path(value)}`"
+    return f"`{_toml(value)}`"
+
+
+def _shown_path(path: Path) -> str:
+    """A default path as it reads on any machine: within the project, or under `~`."""
+    for root, shown in ((PROJECT_ROOT, "<project>"), (Path.home(), "~")):
+        if path.is_relative_to(root):
+            return (Path(shown) / path.relative_to(root)).as_posix()
+    return path.as_posix()

@@ -21,6 +21,7 @@ import typer
 
 from eval import DEFAULT_CONFIGS, DEFAULT_GOLD
 from rag.errors import IndexError_, InputError, ModelError, RulekeeperError
+from rag.settings import MAX_K
 
 if TYPE_CHECKING:
     from eval.compare import PipelineFactory
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from rag.pipeline import Pipeline
     from rag.settings import Settings
 
-HELP = """Score the pipeline on a gold Q&A file (JSONL, see shared/eval-format.md).
+HELP = """Score the pipeline on a gold Q&A file (JSONL, see docs/eval-format.md).
 
 Prints retrieval (hit@1, hit@5, MRR) and answer metrics (key-fact recall, abstention
 accuracy, citation precision, language match), overall and per language, game and
@@ -137,7 +138,7 @@ def register(app: typer.Typer, *, make_pipeline: PipelineFactory | None = None) 
             int | None,
             typer.Option(
                 min=1,
-                max=50,
+                max=MAX_K,
                 help="Passages per question [default: retrieval.k, 5].",
                 show_default=False,
             ),

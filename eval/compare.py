@@ -39,7 +39,7 @@ from rag.errors import InputError, RulekeeperError
 from rag.generation import Generator
 from rag.pipeline import Pipeline
 from rag.searching.embedding import Embedder
-from rag.settings import Settings
+from rag.settings import Settings, moved_message
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -94,6 +94,9 @@ def apply_overrides(base: Settings, overrides: Mapping[str, Any]) -> Settings:
         if not isinstance(values, Mapping):
             raise InputError(f"{name} must be a table, such as {name} = {{ key = value }}")
         unknown = sorted(set(values) - set(type(group).model_fields))
+        moved = [m for key in unknown if (m := moved_message((name, key)))]
+        if moved:
+            raise InputError("; ".join(moved))
         if unknown:
             raise InputError(f"{name} has no setting {', '.join(unknown)}")
         try:
@@ -155,11 +158,16 @@ class SharedModels:
         self._generators: dict[str, Generator] = {}
 
     def __call__(self, settings: Settings) -> Pipeline:
-        embedding = settings.embedding.model_dump_json(exclude={"batch_size"})
+        # A server backend is the openai settings' server as well.
+        server = settings.openai.model_dump_json()
+        embedding = settings.embedding.model_dump_json(exclude={"batch_size"}) + server
         embedder = _shared(self._embedders, embedding, lambda: embedder_for(settings))
         # The candidate and quote settings are read by the pipeline, not by the generator.
-        generation = settings.generation.model_dump_json(
-            exclude={"passages", "quotes", "min_sentence_score"}
+        generation = (
+            settings.generation.model_dump_json(
+                exclude={"passages", "quotes", "basis", "min_sentence_score"}
+            )
+            + server
         )
         generator = _shared(self._generators, generation, lambda: make_generator(settings))
         return Pipeline(settings, embedder=embedder, generator=generator)

@@ -1,6 +1,6 @@
 """Evaluation metrics over gold items and `ask` answers: pure functions, no models.
 
-The definitions follow shared/eval-format.md. Empty denominators are reported as None
+The definitions follow docs/eval-format.md. Empty denominators are reported as None
 (JSON null), never 0: hit@k of a group without answerable items, or citation precision
 when nothing was cited, was not measured, and a 0 would read as "everything failed".
 """

@@ -1,6 +1,6 @@
 """Run a gold Q&A file through the pipeline and score it (`rules eval`).
 
-Any JSONL file in the format of shared/eval-format.md runs, not only the project's gold set.
+Any JSONL file in the format of docs/eval-format.md runs, not only the project's gold set.
 Each item is asked through `Pipeline.ask`; an item the pipeline refuses (its game cannot be
 resolved, its question is unusable) is scored as a failure and recorded with its error,
 while a broken setup (missing model, corrupt index) stops the run with its own error.
@@ -266,8 +266,8 @@ def _score(
         probe=bool(item.probe),
         invented_number=conclusion is not None
         and invents_a_number(conclusion, answer.quotes, game_names),
-        renderings_shown=sum(q.translation is not None for q in answer.quotes),
-        renderings_withheld=sum(q.translation_withheld for q in answer.quotes),
+        renderings_shown=sum(q.rendering is not None for q in answer.quotes),
+        renderings_withheld=sum(q.rendering_withheld for q in answer.quotes),
         deciding_holds=deciding_holds if item.answerable else None,
         conclusion_right=conclusion_right,
     )
@@ -281,7 +281,7 @@ FIXED_LINES = (
     "read_the_rule",
     "read_the_rule_yes_no",
     "reminder",
-    "translation_withheld",
+    "rendering_withheld",
 )
 
 
@@ -374,13 +374,19 @@ def stored_results(out_dir: Path, items: Sequence[GoldItem]) -> dict[str, tuple[
 def _settings_summary(pipeline: Pipeline) -> dict[str, Any]:
     """The settings a comparison varies, so a saved report says what produced it."""
     s = pipeline.settings
-    return {
+    summary: dict[str, Any] = {
         "embedding.model": s.embedding.model,
         "retrieval.mode": s.retrieval.mode,
         "retrieval.rerank": s.retrieval.rerank,
         "generation.backend": s.generation.backend,
         "generation.model": s.generation.model,
     }
+    # With a server backend, the model is the one the server was asked for.
+    if s.embedding.backend == "openai":
+        summary["openai.embedding_model"] = s.openai.embedding_model
+    if s.generation.backend == "openai":
+        summary["openai.chat_model"] = s.openai.chat_model
+    return summary
 
 
 def run_eval(

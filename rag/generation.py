@@ -97,7 +97,7 @@ class LlamaCppGenerator(Generator):
             draft = None
             if self._prompt_lookup:
                 # Drafts the next tokens from n-grams of the prompt: a conclusion or a
-                # translation copies rule wording, so drafts are often accepted whole.
+                # rendering copies rule wording, so drafts are often accepted whole.
                 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
                 draft = LlamaPromptLookupDecoding(num_pred_tokens=self._prompt_lookup)
@@ -144,8 +144,8 @@ def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Ite
     """Pass pieces through until one sentence has been written `max_repeats` times, or
     MAX_MARKER_RUN markers in a row.
 
-    Small models sometimes fall into a loop that would run to max_tokens, 20 s of noise on
-    this CPU: "10. The hero dies. 11. The hero dies. ...", or "[1] [2] [3] [4] [5] ..."
+    Small models sometimes fall into a loop that would run to max_tokens, seconds of noise on
+    a CPU: "10. The hero dies. 11. The hero dies. ...", or "[1] [2] [3] [4] [5] ..."
     counting far past the passages given. A sentence counts once the next one has begun;
     the stream then ends, and closing the source stops generation.
     """

@@ -134,7 +134,7 @@ _SPECS = (
         name="qwen2.5-1.5b-instruct",
         kind="llm",
         description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF: answers in Chinese and "
-        "English. Default LLM (about 14 tokens/s on 2 cores).",
+        "English. Default LLM.",
         licence="Apache-2.0 (Qwen2.5). " + _REPACK_NOTE,
         size_bytes=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
@@ -143,7 +143,7 @@ _SPECS = (
     ModelSpec(
         name="qwen2.5-0.5b-instruct",
         kind="llm",
-        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF: faster (about 25 tokens/s), "
+        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF: faster, "
         "weaker at picking the right passage.",
         licence="Apache-2.0 (Qwen2.5). " + _REPACK_NOTE,
         size_bytes=491_400_064,

@@ -122,7 +122,7 @@ class OpenAIGenerator(Generator):
         if served and self.model not in served:
             raise ModelError(
                 f"The model server at {self._server.base_url} has no model {self.model!r}; "
-                f"it serves {', '.join(map(str, served))}. Fix generation.model."
+                f"it serves {', '.join(map(str, served))}. Fix openai.chat_model."
             )
         self._model_checked = True
 
@@ -130,8 +130,8 @@ class OpenAIGenerator(Generator):
 def make_openai_generator(settings: Settings) -> OpenAIGenerator:
     gen = settings.generation
     return OpenAIGenerator(
-        server_for(gen.base_url, settings),
-        gen.model,
+        server_for(settings.openai.chat_url, settings),
+        settings.openai.chat_model,
         temperature=gen.temperature,
         max_tokens=gen.max_tokens,
         seed=gen.seed,

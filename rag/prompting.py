@@ -50,7 +50,7 @@ def system_message() -> dict[str, str]:
 class Prompt:
     """What a generator is given: chat messages and the shape its reply must take."""
 
-    task: Literal["select", "translate", "conclude", "judge"]
+    task: Literal["select", "render", "conclude", "judge"]
     question: str  # as the player asked it
     messages: list[dict[str, str]]
     # A JSON schema the reply must follow; backends that can enforce one (llama.cpp's

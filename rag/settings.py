@@ -33,6 +33,10 @@ from rag.types import Precision
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_CORPUS = PROJECT_ROOT / "corpus"
 
+# Limits every front end shares, declared once; a setting narrowing one is bounded by it.
+MAX_QUESTION_CHARS = 2000  # the longest question answered: longer ones are pasted text
+MAX_K = 50  # the most passages a question may retrieve
+
 ENV_PREFIX = "RULEKEEPER_"
 # RULEKEEPER_* variables the project reads that are not settings, so never "unknown settings".
 NON_SETTING_VARIABLES = frozenset(
@@ -63,17 +67,14 @@ class EmbeddingSettings(BaseModel):
     backend: Literal["local", "openai"] = Field(
         "local",
         description="local: the model runs here. openai: an OpenAI-compatible /embeddings "
-        "endpoint at base_url, shared by many workers (timeouts and retries as "
-        "generation's; changing the embedder rebuilds the index).",
+        "endpoint at openai.embedding_url, shared by many workers (changing the embedder "
+        "rebuilds the index).",
     )
     model: str = Field(
         "embeddinggemma-300m",
-        description="Embedder: a registered name (see `rules doctor`), a local path to a "
-        "sentence-transformers model, or a hub name if you have a hub connection; with "
-        "backend openai, the model name the server knows.",
-    )
-    base_url: str = Field(
-        "http://127.0.0.1:8081/v1", description="backend openai: the server's API root."
+        description="backend local: a registered name (see `rules doctor`), a local path to "
+        "a sentence-transformers model, or a hub name if you have a hub connection. A "
+        "server's model is openai.embedding_model.",
     )
     query_prefix: str = Field(
         "", description="backend openai: text put before each question (a model's prompt)."
@@ -87,13 +88,19 @@ class EmbeddingSettings(BaseModel):
         description="Embedder weights: bfloat16 is faster than float32 with practically the "
         "same vectors; int8 is faster still but loses some recall.",
     )
+    add_confirm_minutes: float = Field(
+        10.0,
+        gt=0,
+        description="`rules add` goes ahead only with --yes when it estimates that embedding "
+        "the rulebook takes longer than this many minutes.",
+    )
 
 
 class RetrievalSettings(BaseModel):
     model_config = _FORBID
 
     mode: Literal["hybrid", "dense", "bm25"] = Field("hybrid", description="Search mode.")
-    k: int = Field(5, ge=1, le=50, description="Passages returned per question.")
+    k: int = Field(5, ge=1, le=MAX_K, description="Passages returned per question.")
     candidates: int = Field(30, ge=1, description="Hits taken from each search before fusion.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
     lexical_weight: float = Field(
@@ -122,26 +129,13 @@ class GenerationSettings(BaseModel):
     backend: Literal["auto", "llama", "extractive", "openai"] = Field(
         "auto",
         description="auto: the LLM when its model file is present, else extractive. openai: "
-        "an OpenAI-compatible chat server at base_url (llama.cpp's server, Ollama, vLLM), "
-        "its key in RULEKEEPER_OPENAI_API_KEY or OPENAI_API_KEY.",
+        "an OpenAI-compatible chat server at openai.chat_url (llama.cpp's server, Ollama, "
+        "vLLM), its key in RULEKEEPER_OPENAI_API_KEY or OPENAI_API_KEY.",
     )
     model: str = Field(
         "qwen2.5-1.5b-instruct",
-        description="GGUF model: registered name or path; with backend openai, the model "
-        "name the server knows.",
-    )
-    base_url: str = Field(
-        "http://127.0.0.1:8080/v1",
-        description="backend openai: the server's API root (the URL before /chat/completions).",
-    )
-    timeout_s: float = Field(
-        60.0, gt=0, description="openai backends: longest wait for the server's next piece."
-    )
-    retries: int = Field(
-        2, ge=0, description="openai backends: retries on 429, 5xx or no connection, backing off."
-    )
-    retry_backoff_s: float = Field(
-        0.5, ge=0, description="openai backends: the first retry's wait, doubled each time."
+        description="The GGUF model the llama backend (and auto) runs: a registered name or a "
+        "path. A server's model is openai.chat_model.",
     )
     n_ctx: int = Field(4096, ge=512, description="LLM context size in tokens.")
     threads: int = Field(2, ge=1, description="CPU threads for the LLM.")
@@ -170,16 +164,22 @@ class GenerationSettings(BaseModel):
         ge=1,
         description="Most sentences quoted, the closest to the question of the one passage "
         "that answers best (of two for a 'when can't I' question that two ways of choosing "
-        "disagree on); the conclusion rests on the closest 3 of them (with `select`, on "
-        "those the LLM chooses among all quoted). Most passages have fewer and are quoted "
-        "whole; the limit is high enough to keep a long passage's key facts and low enough "
-        "to keep the prompt short.",
+        "disagree on); the conclusion rests on `basis` of them. Most passages have fewer and "
+        "are quoted whole; the limit is high enough to keep a long passage's key facts and "
+        "low enough to keep the prompt short.",
+    )
+    basis: int = Field(
+        3,
+        ge=1,
+        description="Most quoted sentences the conclusion rests on: the likeliest to decide "
+        "the question (with `select`, those the LLM chooses among all quoted). Fewer, the "
+        "shorter the conclusion's prompt and the less a small model is distracted.",
     )
     select: bool = Field(
         False,
         description="Let the LLM choose which quoted sentences the conclusion rests on, at "
-        "the cost of one more model call. Off: the closest 3; turn it on for a model that "
-        "chooses better than that order.",
+        "the cost of one more model call. Off: the `basis` likeliest; turn it on for a model "
+        "that chooses better than that order.",
     )
     answer_yes_no: bool = Field(
         False,
@@ -200,9 +200,9 @@ class GenerationSettings(BaseModel):
         le=1.0,
         description="From this confidence that the deciding sentence settles the question, "
         "the conclusion the model wrote is shown (when it passed its checks); below it the "
-        "deciding sentence is the answer. 1: never, the default, as no confidence of the "
-        "default models made nine in ten shown conclusions right on books left out of the "
-        "fit; choose one for another model with bench/deciding.py threshold. 0: always.",
+        "deciding sentence is the answer. 1: never, the default, as at no confidence were the "
+        "default models' shown conclusions reliably right on books left out of the fit; "
+        "choose one for another model with bench/deciding.py threshold. 0: always.",
     )
     min_score_unconcluded: float = Field(
         0.49,
@@ -228,6 +228,35 @@ class GenerationSettings(BaseModel):
         "other's closest, are taken as the same term: the English follows the phrase in "
         "brackets the first time, 潜行判定（Stealth test）, so a reader can match it to "
         "the quoted English; 1: never.",
+    )
+
+
+class OpenAISettings(BaseModel):
+    """An OpenAI-compatible server as the LLM (generation.backend openai) or the embedder
+    (embedding.backend openai): where it is and how to reach it. Its key is no setting, so that
+    no config file holds it: RULEKEEPER_OPENAI_API_KEY, else OPENAI_API_KEY."""
+
+    model_config = _FORBID
+
+    chat_url: str = Field(
+        "http://127.0.0.1:8080/v1",
+        description="The chat server's API root (the URL before /chat/completions).",
+    )
+    chat_model: str = Field(
+        "qwen2.5-1.5b-instruct", description="The model name the chat server knows."
+    )
+    embedding_url: str = Field(
+        "http://127.0.0.1:8081/v1",
+        description="The embedding server's API root (the URL before /embeddings).",
+    )
+    embedding_model: str = Field(
+        "embeddinggemma-300m",
+        description="The model name the embedding server knows (changing it rebuilds the index).",
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Longest wait for the server's next piece.")
+    retries: int = Field(2, ge=0, description="Retries on 429, 5xx or no connection, backing off.")
+    retry_backoff_s: float = Field(
+        0.5, ge=0, description="The first retry's wait, doubled each time."
     )
 
 
@@ -277,26 +306,38 @@ class ApiSettings(BaseModel):
         "X-Forwarded-For", description="The trusted proxies' header naming the visitor."
     )
     max_question_chars: int = Field(
-        1000, ge=10, description="Longest question the API accepts, in characters (422)."
+        1000,
+        ge=10,
+        le=MAX_QUESTION_CHARS,
+        description="Longest question the API accepts, in characters (422); the local "
+        "service and the command line take the longest any front end does.",
     )
     max_body_bytes: int = Field(
         64_000, ge=1024, description="Largest request body the API reads, in bytes (413)."
     )
-    queue_size: int = Field(8, ge=0, description="Waiting model calls per worker before 503.")
+    queue_size: int = Field(
+        8,
+        ge=0,
+        description="Questions per worker waiting for the model; beyond them a question is "
+        "answered with the rule text alone (marked in the answer).",
+    )
     queue_timeout_s: float = Field(
         30.0,
         gt=0,
-        description="Longest a request waits in line for the model; then 503 busy (or the "
-        "rule text alone, with rule_text_when_busy).",
+        description="Longest a question waits in line for the model; then its rule text is "
+        "the answer, with a line saying the server was too busy for a conclusion.",
     )
     timeout_s: float = Field(
-        120.0, gt=0, description="Longest an answer may take once the model starts on it (504)."
+        120.0,
+        gt=0,
+        description="Longest a conclusion may take once the model starts on it; then it is "
+        "stopped and the rule text is the answer.",
     )
-    rule_text_when_busy: bool = Field(
-        False,
-        description="When the model's line is full or a request waited queue_timeout_s, "
-        "answer with the verified rule text alone (no conclusion; marked in the answer) "
-        "instead of 503 busy.",
+    rule_text_queue_size: int = Field(
+        32,
+        ge=0,
+        description="Questions per worker waiting to have their rule text found (no model; "
+        "quick); beyond them, 503 busy.",
     )
     conversation_ttl_s: float = Field(
         3600.0, gt=0, description="A conversation unused this long is forgotten."
@@ -351,6 +392,24 @@ class ServiceSettings(BaseModel):
     )
 
 
+class ShowingSettings(BaseModel):
+    model_config = _FORBID
+
+    width: int = Field(
+        1200,
+        ge=200,
+        le=2400,
+        description="Width in pixels of a rulebook page shown as an image, unless a viewer "
+        "asks for another: sharp on a phone held upright.",
+    )
+    cache_mb: float = Field(
+        200.0,
+        ge=0,
+        description="Most disk space the page images and section views kept under "
+        "HOME/cache/pages may take; the least recently shown go first.",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid"
@@ -362,8 +421,10 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = EmbeddingSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     generation: GenerationSettings = GenerationSettings()
+    openai: OpenAISettings = OpenAISettings()
     api: ApiSettings = ApiSettings()
     service: ServiceSettings = ServiceSettings()
+    showing: ShowingSettings = ShowingSettings()
     pipeline_factory: str | None = Field(
         None,
         description="module:function building the pipeline from the settings (tests use it "
@@ -423,6 +484,26 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 Key = tuple[str, ...]  # a setting's path: ("generation", "temperature")
+
+# Settings that moved to another group. A config file or variable naming the old place is an
+# error like any unknown key, its message naming the new place.
+MOVED: dict[Key, Key] = {
+    ("generation", "base_url"): ("openai", "chat_url"),
+    ("generation", "timeout_s"): ("openai", "timeout_s"),
+    ("generation", "retries"): ("openai", "retries"),
+    ("generation", "retry_backoff_s"): ("openai", "retry_backoff_s"),
+    ("embedding", "base_url"): ("openai", "embedding_url"),
+}
+
+
+def moved_message(key: Key, *, as_variable: bool = False) -> str | None:
+    """ "setting a.b has moved to c.d" (with the variable to set instead, for a variable);
+    None when the setting did not move."""
+    moved = MOVED.get(key)
+    if moved is None:
+        return None
+    instead = f" ({_variable(moved)})" if as_variable else ""
+    return f"setting {'.'.join(key)} has moved to {'.'.join(moved)}{instead}"
 
 
 def _unknown_key(value: Any, annotation: Any, key: Key) -> tuple[Key, list[str]] | None:
@@ -494,6 +575,9 @@ def _variable(key: Iterable[str]) -> str:
 def _unknown_message(where: str, key: Key, valid: list[str], *, as_variable: bool) -> str:
     """`where: unknown setting a.b (did you mean a.c?)`, the nearest valid key spelt as the
     user would write it (a dotted key, or a variable's name)."""
+    moved = moved_message(key, as_variable=as_variable)
+    if moved is not None:
+        return f"{where}: {moved}"
     spell: Callable[[Iterable[str]], str] = _variable if as_variable else ".".join
     by_case = {name.lower(): name for name in valid}  # `K` is no closer to `k` than `x` is
     near = get_close_matches(key[-1].lower(), list(by_case), n=1)
@@ -532,6 +616,9 @@ def _describe(exc: ValidationError, path: Path) -> str:
     env = _variable(str(part) for part in first["loc"])
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     if first["type"] == "extra_forbidden":  # from overrides: the file and variables are checked
+        moved = moved_message(tuple(str(part) for part in first["loc"]))
+        if moved is not None:
+            return f"The {moved}{more}."
         return f"Unknown setting {dotted}{more}. Fix {env} or {path}."
     return (
         f"Invalid setting {dotted} = {first.get('input')!r}: {first['msg']}{more}. "

@@ -18,7 +18,7 @@ LANGS: tuple[Lang, ...] = ("en", "zh")
 Precision = Literal["float32", "bfloat16", "int8"]  # an embedder's weights
 ChunkKind = Literal["section", "glossary"]
 # What can look wrong in an added rulebook's text (rag.reading.report says how it is judged).
-IngestProblem = Literal["little_text", "one_section", "symbols"]
+IngestProblem = Literal["little_text", "one_section", "symbols", "encoding"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ class Document:
     pages: tuple[PageSpan, ...] = ()  # empty for formats without pages
     # The source marks its headings (Markdown, HTML, a PDF's fonts): no others are guessed.
     headings_marked: bool = False
+    # (file name, encoding) of each file read in another encoding than UTF-8: "GB18030".
+    encodings: tuple[tuple[str, str], ...] = ()
 
     def page_at(self, offset: int) -> int | None:
         for span in self.pages:
@@ -114,8 +116,10 @@ class IngestReport:
     game: str  # slug
     pages: int | None  # None for formats without pages
     sections: int
+    sentences: int
     passages: int
-    words: int
+    words: int  # Latin words and numbers, and Chinese words as jieba cuts them
+    characters: int  # Chinese characters: how a Chinese text's length is told
     language: Lang
     warnings: tuple[IngestWarning, ...] = ()
 
@@ -150,8 +154,8 @@ class Quote:
     section: str  # section path, " › " joined
     page: int | None
     text: str
-    translation: str | None = None  # the asker's language, when it is not the rulebook's
-    translation_withheld: bool = False  # one was made, but failed the checks
+    rendering: str | None = None  # the asker's language, when it is not the rulebook's
+    rendering_withheld: bool = False  # one was made, but failed the checks
     deciding: bool = False  # the sentence judged to settle the question, shown first
 
     @property
@@ -159,12 +163,25 @@ class Quote:
         """The section's own name (the last part of its path), as a quote is labelled."""
         return self.section.rsplit(" › ", 1)[-1]
 
+    def to_json(self) -> dict[str, Any]:
+        """The quote as `rules ask --json`, the API and its stream name its fields."""
+        return {_QUOTE_JSON.get(name, name): value for name, value in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Quote:
+        fields_of = {json_name: name for name, json_name in _QUOTE_JSON.items()}
+        return cls(**{fields_of.get(name, name): value for name, value in data.items()})
+
+
+# A rendering is a `translation` in the JSON contract: tools parse these names, so they stay.
+_QUOTE_JSON = {"rendering": "translation", "rendering_withheld": "translation_withheld"}
+
 
 @dataclass(frozen=True)
 class Check:
     """One check an answer went through before its conclusion was shown."""
 
-    # quotes, selection, translation, markers, numbers, negation, answer_word, language,
+    # quotes, selection, rendering, markers, numbers, negation, answer_word, language,
     # conclusion;
     # relevance when retrieval found nothing close enough to answer from
     name: str
@@ -197,6 +214,9 @@ class Answer:
     checks: list[Check] = field(default_factory=list)
     # The chance that the deciding sentence (the quote marked so) settles the question.
     confidence: float | None = None
+    # The earlier question of the conversation this one was read as following up (searched
+    # and answered beside it); None for a question taken as a new topic.
+    follows_up: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -224,9 +244,10 @@ class Answer:
             },
             "backend": self.backend,
             "conclusion": self.conclusion,
-            "quotes": [asdict(q) for q in self.quotes],
+            "quotes": [q.to_json() for q in self.quotes],
             "checks": [asdict(c) for c in self.checks],
             "confidence": None if self.confidence is None else round(self.confidence, 4),
+            "follows_up": self.follows_up,
         }
 
     @classmethod
@@ -262,9 +283,10 @@ class Answer:
             timings=Timings(**{f.name: data["timings"][f.name] for f in fields(Timings)}),
             backend=data["backend"],
             conclusion=data["conclusion"],
-            quotes=[Quote(**q) for q in data["quotes"]],
+            quotes=[Quote.from_json(q) for q in data["quotes"]],
             checks=[Check(**c) for c in data["checks"]],
             confidence=data.get("confidence"),
+            follows_up=data.get("follows_up"),
         )
 
 

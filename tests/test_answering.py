@@ -46,8 +46,8 @@ def sentence(hit_index: int, text: str, position: int = 0) -> Sentence:
     return Sentence(HITS[hit_index], hit_index, position, text, 0.5)
 
 
-def quote(text: str, n: int = 1, translation: str | None = None) -> Quote:
-    return Quote(n, f"g:{n}", "g", "Game › Section", 4, text, translation)
+def quote(text: str, n: int = 1, rendering: str | None = None) -> Quote:
+    return Quote(n, f"g:{n}", "g", "Game › Section", 4, text, rendering)
 
 
 # --- quotes ------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def test_the_rule_text_names_each_passage_once_above_its_sentences() -> None:
     shown = rule_text(
         [
             quote("Draw two cards."),
-            quote("Discard one.", translation="弃一张。"),
+            quote("Discard one.", rendering="弃一张。"),
             quote("Rest.", n=2),
         ],
         "zh",
@@ -231,11 +231,11 @@ def test_the_reversed_stealth_rule_is_caught_and_the_right_one_passes() -> None:
     ).passed
 
 
-def test_a_chinese_conclusion_is_checked_against_the_quote_translation() -> None:
-    translation = (
+def test_a_chinese_conclusion_is_checked_against_the_quote_rendering() -> None:
+    rendering = (
         "如果你进入至少有一个怪物指示物的板块，且身上没有附着任何怪物卡，你可以尝试潜行判定。"
     )
-    quotes = [quote(STEALTH, translation=translation)]
+    quotes = [quote(STEALTH, rendering=rendering)]
     assert not negation_check("身上没有附着任何怪物卡时，你不能尝试潜行判定。", quotes).passed
     assert negation_check("身上已附着怪物卡时，你不能尝试潜行判定。", quotes).passed
 
@@ -350,7 +350,7 @@ def test_a_conclusion_restating_no_quote_cannot_be_checked_so_it_fails() -> None
     check = negation_check("Not immediately: they wait until step 4 of the turn.", quotes)
     assert not check.passed and "restates no quote" in check.detail
     assert not negation_check("是", quotes).passed  # a bare yes vouches for nothing
-    glossed = [quote("Revive: roll a die.", translation="复活（Revive）：掷一个骰子。")]
+    glossed = [quote("Revive: roll a die.", rendering="复活（Revive）：掷一个骰子。")]
     assert not negation_check("能。 复活（Revive）", glossed).passed  # one word and its gloss
     two = "No. They wait. Monsters activate from left to right."
     assert negation_check(two, quotes).passed  # one sentence restating a quote is enough
@@ -827,7 +827,7 @@ def test_the_llm_selection_chooses_what_the_conclusion_rests_on(settings: Settin
     assert [e.quotes for e in quote_events] == [tuple(answer.quotes)]
 
 
-def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quotes(
+def test_a_chinese_question_on_an_english_book_gets_renderings_beside_the_quotes(
     settings: Settings,
 ) -> None:
     generator = ScriptedGenerator(
@@ -839,13 +839,13 @@ def test_a_chinese_question_on_an_english_book_gets_translations_beside_the_quot
     events = list(pipeline.ask_stream("What is the hand limit? 手牌上限是多少？", "末日启示录"))
     answer = events[-1].answer
     assert answer is not None and answer.lang == "zh"
-    assert [p.task for p in generator.prompts] == ["select", "translate", "conclude"]
-    selected = generator.prompts[1].question  # the sentence translated: the one selected
-    assert [q.translation for q in answer.quotes if q.text == selected] == ["手牌上限是10张牌"]
-    assert all(q.translation is None for q in answer.quotes if q.text != selected)
+    assert [p.task for p in generator.prompts] == ["select", "render", "conclude"]
+    selected = generator.prompts[1].question  # the sentence rendered: the one selected
+    assert [q.rendering for q in answer.quotes if q.text == selected] == ["手牌上限是10张牌"]
+    assert all(q.rendering is None for q in answer.quotes if q.text != selected)
     assert "机器译文: 手牌上限是10张牌" in answer.answer and "规则原文" in answer.answer
-    translated = [e for e in events if e.kind == "quotes"][-1]
-    assert translated.quotes == tuple(answer.quotes)  # sent before the conclusion
+    rendered = [e for e in events if e.kind == "quotes"][-1]
+    assert rendered.quotes == tuple(answer.quotes)  # sent before the conclusion
     assert "(手牌上限是10张牌)" in generator.prompts[2].messages[-1]["content"]
     assert answer.conclusion == "手牌上限是10张牌。"  # restates the rendering: checkable
 
@@ -863,32 +863,32 @@ def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
     assert answer is not None and len(answer.quotes) > 1
     tasks = [p.task for p in generator.prompts]
     most = min(3, len(answer.quotes))
-    assert tasks == ["translate"] * most + ["conclude"]  # the model selected nothing
+    assert tasks == ["render"] * most + ["conclude"]  # the model selected nothing
     rendered = {p.question for p in generator.prompts[:-1]}
     assert len(rendered) == most and rendered <= {q.text for q in answer.quotes}
     assert ("selection", True) in [(c.name, c.passed) for c in answer.checks]
 
 
 def test_an_english_question_on_a_chinese_book_gets_english_renderings() -> None:
-    from rag.answering.translation import Translator
+    from rag.answering.rendering import Renderer
 
     generator = ScriptedGenerator(
         conclusions=["You can move two kittens in one turn.", "If you roll a 6, roll again."]
     )
-    quotes, check = Translator(generator).translate(
+    quotes, check = Renderer(generator).render_quotes(
         [quote("你不能在同一回合内移动两只小猫。"), quote("如果你掷出6，你可以再掷一次。", n=2)],
         "en",
     )
     assert "Translate this Chinese" in generator.prompts[0].messages[1]["content"]
     # the first rendering lost the rule's "not": withheld, as in Chinese
-    assert [q.translation for q in quotes] == [None, "If you roll a 6, roll again."]
-    assert [q.translation_withheld for q in quotes] == [True, False] and not check.passed
+    assert [q.rendering for q in quotes] == [None, "If you roll a 6, roll again."]
+    assert [q.rendering_withheld for q in quotes] == [True, False] and not check.passed
 
 
 def test_an_english_conclusion_on_a_chinese_book_is_checked_against_the_renderings() -> None:
     rule = quote(
         "如果你的小猫停在陷阱格上，它必须退回起点。",
-        translation=("If your kitten stops on a trap square, it must go back to the start."),
+        rendering=("If your kitten stops on a trap square, it must go back to the start."),
     )
     assert negation_check("Your kitten must go back to the start.", [rule]).passed
     flipped_rule = negation_check("Your kitten does not go back to the start.", [rule])
@@ -896,13 +896,13 @@ def test_an_english_conclusion_on_a_chinese_book_is_checked_against_the_renderin
 
 
 def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
-    from rag.answering.translation import Translator
+    from rag.answering.rendering import Renderer
 
     generator = ScriptedGenerator(conclusions=["你的手牌上限是十二张。", "抽两张牌。"])
-    quotes, _ = Translator(generator).translate(
+    quotes, _ = Renderer(generator).render_quotes(
         [quote("Your hand limit is ten cards."), quote("Draw two cards.", n=2)], "zh"
     )
-    assert [q.translation_withheld for q in quotes] == [True, False]
+    assert [q.rendering_withheld for q in quotes] == [True, False]
     shown = rule_text(quotes, "zh")
     assert "机器译文: 未通过核对，不显示" in shown and "机器译文: 抽两张牌。" in shown
     assert "Machine translation: withheld by the checks" in rule_text(quotes, "en")
@@ -910,27 +910,27 @@ def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
     assert "机器译文" not in rule_text([quote("Draw two cards.")], "zh")
 
 
-def test_an_unfaithful_translation_is_not_shown() -> None:
-    from rag.answering.translation import Translator
+def test_an_unfaithful_rendering_is_not_shown() -> None:
+    from rag.answering.rendering import Renderer
 
     generator = ScriptedGenerator(conclusions=["你的手牌上限是十二张。", "手牌上限是十张。"])
-    quotes, check = Translator(generator).translate(
+    quotes, check = Renderer(generator).render_quotes(
         [quote("Your hand limit is ten cards."), quote("Draw two cards.", n=2)], "zh"
     )
-    assert quotes[0].translation is None and quotes[1].translation is None
+    assert quotes[0].rendering is None and quotes[1].rendering is None
     assert not check.passed and "not faithful: quote(s) 1, 2" in check.detail  # 12, two: not 10
 
     # A reply that copies the rule in English is no rendering for a Chinese question.
     copied = "Sherlock's team wins the game if they defuse the bomb."
-    translator = Translator(ScriptedGenerator(conclusions=[copied]))
-    shown, check = translator.translate([quote(copied)], "zh")
-    assert shown[0].translation is None and not check.passed
+    renderer = Renderer(ScriptedGenerator(conclusions=[copied]))
+    shown, check = renderer.render_quotes([quote(copied)], "zh")
+    assert shown[0].rendering is None and not check.passed
     assert check.detail.startswith("not in the question's language: quote(s) 1")
 
     def rendering_shown(sentence: str, reply: str) -> str | None:
         """The rendering shown beside `sentence` when the model renders it as `reply`."""
-        translator = Translator(ScriptedGenerator(conclusions=[reply]))
-        return translator.translate([quote(sentence)], "zh")[0][0].translation
+        renderer = Renderer(ScriptedGenerator(conclusions=[reply]))
+        return renderer.render_quotes([quote(sentence)], "zh")[0][0].rendering
 
     condition = "If you ever have 10 cards and draw a card, you draw and then discard a card."
     lost = "你每次抽一张牌，然后弃一张牌。"  # the condition's 10 left out
@@ -1041,10 +1041,10 @@ def test_an_unfaithful_translation_is_not_shown() -> None:
         assert rendering_shown(icons, reply) == shown
 
     generator = ScriptedGenerator(conclusions=["手牌上限是十张。"])
-    translator = Translator(generator)
+    renderer = Renderer(generator)
     again = [quote("Your hand limit is ten cards.")] * 2
-    assert [q.translation for q in translator.translate(again, "zh")[0]] == ["手牌上限是十张。"] * 2
-    assert len(generator.prompts) == 1  # a sentence is translated once
+    assert [q.rendering for q in renderer.render_quotes(again, "zh")[0]] == ["手牌上限是十张。"] * 2
+    assert len(generator.prompts) == 1  # a sentence is rendered once
 
 
 def test_the_extractive_backend_answers_with_quotes_alone(pipeline: Pipeline) -> None:

@@ -6,7 +6,6 @@ from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.quotes import (
     BY_SENTENCES,
-    PassageChoice,
     deciding_sentences,
     quoted_sentences,
 )
@@ -95,7 +94,7 @@ def test_by_sentences_quotes_come_from_the_passage_whose_two_closest_are_closest
     # passage 0: 0.65 + 0.50 beats passage 1: 0.70 + 0.40
     chosen = deciding_sentences(ranked, 5, BY_SENTENCES)
     assert [(s.passage, s.position) for s in chosen] == [(0, 2), (0, 0)]
-    by_closest = PassageChoice(summed=1)
+    by_closest = replace(BY_SENTENCES, summed=1)
     assert [s.passage for s in deciding_sentences(ranked, 5, by_closest)] == [1, 1, 1]
     assert len(deciding_sentences(ranked, 2, by_closest)) == 2
 
@@ -103,7 +102,7 @@ def test_by_sentences_quotes_come_from_the_passage_whose_two_closest_are_closest
 def test_with_a_rank_penalty_a_passage_ranked_lower_must_be_closer_by_more() -> None:
     first = [_sentence(0, 0, 0.60), _sentence(0, 1, 0.50)]
     second = [_sentence(1, 0, 0.62), _sentence(1, 1, 0.52)]  # 0.04 closer, a place lower
-    penalised = PassageChoice(rank_penalty=0.05)
+    penalised = replace(BY_SENTENCES, rank_penalty=0.05)
     assert {s.passage for s in deciding_sentences([*second, *first], 5, penalised)} == {0}
     assert {s.passage for s in deciding_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
 
@@ -118,7 +117,7 @@ def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
 def test_a_one_sentence_passage_may_count_its_sentence_again() -> None:
     definition = [_sentence(0, 0, 0.60)]  # 0.60 + 0.4 x 0.60 = 0.84
     rule = [_sentence(1, 0, 0.50), _sentence(1, 1, 0.30)]  # 0.80
-    lone = PassageChoice(lone_weight=0.4)
+    lone = replace(BY_SENTENCES, lone_weight=0.4)
     assert {s.passage for s in deciding_sentences([*definition, *rule], 5, lone)} == {0}
     assert {s.passage for s in deciding_sentences([*definition, *rule], 5, BY_SENTENCES)} == {1}
     closer_rule = [_sentence(1, 0, 0.50), _sentence(1, 1, 0.40)]  # 0.90: two close ones win

@@ -103,7 +103,7 @@ class AnswerBook(Generator):
     def stream(self, prompt: Prompt) -> Iterator[str]:
         if prompt.task == "select":
             yield '{"ids": [1]}' if prompt.question in CONCLUSIONS else '{"ids": []}'
-        elif prompt.task == "translate":
+        elif prompt.task == "render":
             yield prompt.question  # the sentence, unchanged
         else:
             yield json.dumps({"conclusion": CONCLUSIONS[prompt.question]}, ensure_ascii=False)
@@ -461,6 +461,10 @@ def test_overrides_apply_on_top_of_the_base_settings(settings: Settings) -> None
     [
         ('[a]\nretrieval = { mode = "bm52" }', "[a]: retrieval.mode: Input should be"),
         ("[a]\nretrieval = { depth = 3 }", "[a]: retrieval has no setting depth"),
+        (
+            '[a]\ngeneration = { base_url = "http://gpu/v1" }',
+            "[a]: setting generation.base_url has moved to openai.chat_url.",
+        ),
         ("[a]\nranking = { k = 3 }", "[a]: 'ranking' is not a settings group"),
         ('[a]\nretrieval = "bm25"', "[a]: retrieval must be a table"),
         ("[a]\nretrieval = { k = 0 }", "[a]: retrieval.k: Input should be greater"),
@@ -707,5 +711,5 @@ def test_key_facts_are_not_found_in_the_lines_every_answer_carries() -> None:
     assert without_fixed_lines(says_no).strip() == ""  # ...but is not scored there
     shown = f"{phrases('zh')['read_the_rule']}\n\n规则原文:\n    “You cannot move.”"
     assert "You cannot move." in without_fixed_lines(shown)
-    withheld = f"{shown}\n      机器译文: {phrases('zh')['translation_withheld']}"
+    withheld = f"{shown}\n      机器译文: {phrases('zh')['rendering_withheld']}"
     assert "不" in withheld and "不" not in without_fixed_lines(withheld)  # 不显示 is no "not"

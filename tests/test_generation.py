@@ -200,7 +200,7 @@ def test_an_english_question_on_a_chinese_rulebook_is_answered_in_english(
     pipeline.add_book(rulebook, "Kitten Run")
     answer = pipeline.ask("What happens if my kitten stops on a trap square?", "Kitten Run")
     trap = [q for q in answer.quotes if "陷阱" in q.text]
-    assert trap and trap[0].translation, answer.answer
-    assert re.search(r"\btrap\b", trap[0].translation, re.IGNORECASE), trap[0].translation
+    assert trap and trap[0].rendering, answer.answer
+    assert re.search(r"\btrap\b", trap[0].rendering, re.IGNORECASE), trap[0].rendering
     assert answer.conclusion is not None and answer.lang == "en", answer.answer
     assert re.search(r"\bstart", answer.conclusion, re.IGNORECASE), answer.conclusion

@@ -194,7 +194,7 @@ def test_a_chinese_conclusion_is_glossed_first_and_the_model_reads_no_gloss(
     assert answer.conclusion == "幸存者（Survivor）牌堆：抽一张牌。"
     assert "结论: 幸存者（Survivor）牌堆" in answer.answer
     # named in the conclusion, so not glossed again in the rendering below it
-    assert [q.translation for q in answer.quotes if q.text == selected] == [
+    assert [q.rendering for q in answer.quotes if q.text == selected] == [
         "幸存者牌堆：抽一张牌加入手牌"
     ]
     glosses = [c for c in answer.checks if c.name == "glosses"]
@@ -207,11 +207,11 @@ def test_the_renderings_of_a_rule_left_to_read_are_glossed(settings: Settings) -
     question = "draw a card from your Survivor deck 幸存者牌堆可以抽吗？"
     answer = glossing(settings, generator).ask(question, "末日启示录")
     assert answer.conclusion is None
-    rendered = [q for q in answer.quotes if q.translation]
+    rendered = [q for q in answer.quotes if q.rendering]
     naming = [q for q in rendered if "Survivor" in q.text]
     assert naming, "the Survivor deck sentence is rendered"
-    assert naming[0].translation == "幸存者（Survivor）牌堆：抽一张牌加入手牌"
+    assert naming[0].rendering == "幸存者（Survivor）牌堆：抽一张牌加入手牌"
     assert all(
-        q.translation == "幸存者牌堆：抽一张牌加入手牌" for q in rendered if q is not naming[0]
+        q.rendering == "幸存者牌堆：抽一张牌加入手牌" for q in rendered if q is not naming[0]
     )
     assert "机器译文: 幸存者（Survivor）牌堆" in answer.answer

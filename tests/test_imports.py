@@ -130,6 +130,17 @@ def test_no_project_modules_import_each_other_in_a_circle() -> None:
     )
 
 
+def test_the_core_imports_nothing_from_the_front_ends() -> None:
+    """`rag` is the core: the CLI and the API are thin front ends over it, never under it."""
+    graph = import_graph()
+    upward = {
+        module: sorted(m for m in imported if m.split(".")[0] in ("cli", "api"))
+        for module, imported in graph.items()
+        if module.split(".")[0] == "rag"
+    }
+    assert not {m: up for m, up in upward.items() if up}, upward
+
+
 # Imports each module first, in one fresh interpreter: the project's modules are forgotten
 # before each (the third-party ones stay loaded, so it is quick), so a module that imports
 # only when another was imported before it fails here.

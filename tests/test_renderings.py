@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import ScriptedGenerator
 
-from rag.answering import translation
-from rag.answering.translation import RenderingStore, Translator, translation_prompt
+from rag.answering import rendering
+from rag.answering.rendering import Renderer, RenderingStore, rendering_prompt
 from rag.errors import InputError
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
@@ -21,11 +21,11 @@ HAND_LIMIT = "Your hand limit is ten cards."
 
 def test_a_rendering_made_by_one_process_is_found_by_another(tmp_path: Path) -> None:
     first = ScriptedGenerator(conclusions=["手牌上限是十张。"])
-    assert Translator(first, RenderingStore(tmp_path, "m")).render(HAND_LIMIT, "zh") == (
+    assert Renderer(first, RenderingStore(tmp_path, "m")).render(HAND_LIMIT, "zh") == (
         "手牌上限是十张。"
     )
     second = ScriptedGenerator()  # would reply "See the rule." if asked
-    assert Translator(second, RenderingStore(tmp_path, "m")).render(HAND_LIMIT, "zh") == (
+    assert Renderer(second, RenderingStore(tmp_path, "m")).render(HAND_LIMIT, "zh") == (
         "手牌上限是十张。"
     )
     assert len(first.prompts) == 1 and second.prompts == []
@@ -47,8 +47,8 @@ def test_another_model_does_not_use_the_renderings(tmp_path: Path) -> None:
 
 
 def test_the_sentence_is_a_message_of_its_own_after_a_worked_example() -> None:
-    # Appended to the task, a short sentence was read as part of it and the task translated.
-    messages = translation_prompt("These tokens are optional.", "zh").messages
+    # Appended to the task, a short sentence is read as part of it and the task rendered.
+    messages = rendering_prompt("These tokens are optional.", "zh").messages
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[-1]["content"] == "These tokens are optional."
     assert "optional" not in messages[1]["content"]
@@ -58,7 +58,7 @@ def test_the_sentence_is_a_message_of_its_own_after_a_worked_example() -> None:
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_sentence_can_be_rendered_into_every_language(lang: Lang) -> None:
     # An English question on a Chinese rulebook once failed here: English had no prompt.
-    messages = translation_prompt("规则。", lang).messages
+    messages = rendering_prompt("规则。", lang).messages
     language = phrases(lang)["lang_name"].split()[0]  # "English", "Simplified"
     assert messages[-1]["content"] == "规则。" and language in messages[1]["content"]
 
@@ -73,9 +73,9 @@ def test_each_language_s_renderings_keep_a_file_of_their_own(
     assert RenderingStore(tmp_path, "m").get("规则。", "en") == "The rule."
     # A changed English prompt leaves the Chinese renderings (shipped ones too) where they are.
     before = store.path("zh")
-    english = dict(translation.phrases("en"), translate_example="抽两张牌。")
+    english = dict(rendering.phrases("en"), render_example="抽两张牌。")
     monkeypatch.setattr(
-        translation, "phrases", lambda lang: english if lang == "en" else phrases(lang)
+        rendering, "phrases", lambda lang: english if lang == "en" else phrases(lang)
     )
     changed = RenderingStore(tmp_path, "m")
     assert changed.path("zh") == before and changed.path("en") != store.path("en")
@@ -86,10 +86,8 @@ def test_a_changed_example_starts_a_new_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = RenderingStore(tmp_path, "m").path("zh")
-    said = dict(translation.phrases("zh"), translate_example="Draw two cards.")
-    monkeypatch.setattr(
-        translation, "phrases", lambda lang: said if lang == "zh" else phrases(lang)
-    )
+    said = dict(rendering.phrases("zh"), render_example="Draw two cards.")
+    monkeypatch.setattr(rendering, "phrases", lambda lang: said if lang == "zh" else phrases(lang))
     assert RenderingStore(tmp_path, "m").path("zh") != before
 
 
@@ -107,7 +105,7 @@ def test_shipped_renderings_are_read_and_new_ones_go_to_the_home(tmp_path: Path)
 
 
 def test_the_built_in_rulebooks_renderings_ship_for_the_current_prompt(tmp_path: Path) -> None:
-    # A changed translation prompt starts a new store: the shipped one must be made again
+    # A changed rendering prompt starts a new store: the shipped one must be made again
     # (`rules render zh`, copied to corpus/renderings/), or Chinese questions wait for it.
     shipped = BUILTIN_CORPUS / "renderings"
     model = f"llama:{GenerationSettings().model}"
@@ -132,7 +130,7 @@ def test_render_ahead_renders_each_sentence_once_and_answers_then_render_nothing
     made, kept = scripted_pipeline.render_ahead("zh", "Deck52: Final Bus")
     sentences = {p.question for p in scripted.prompts}
     assert made == len(sentences) == len(scripted.prompts) > 20 and kept == 0
-    assert {p.task for p in scripted.prompts} == {"translate"}
+    assert {p.task for p in scripted.prompts} == {"render"}
     assert scripted_pipeline.render_ahead("zh", "Deck52: Final Bus") == (0, made)
     assert scripted_pipeline.render_ahead("en", "Deck52: Final Bus") == (0, 0)  # English book
 
@@ -140,7 +138,7 @@ def test_render_ahead_renders_each_sentence_once_and_answers_then_render_nothing
     question = "Draw LOOT cards to Inventory? 开始时背包里放几张战利品牌？"
     answer = scripted_pipeline.ask(question, "deck52")
     assert answer.quotes and answer.game == "deck52-final-bus"
-    assert "translate" not in {p.task for p in scripted.prompts[asked:]}
+    assert "render" not in {p.task for p in scripted.prompts[asked:]}
 
 
 def test_render_ahead_needs_an_llm(pipeline: Pipeline) -> None:

@@ -10,7 +10,13 @@ from cli.errors import ExitCode
 from cli.main import app
 from cli.state import CliState
 from rag.errors import RulekeeperError
-from rag.settings import ENV_PREFIX, NON_SETTING_VARIABLES, Settings, load_settings
+from rag.settings import (
+    ENV_PREFIX,
+    MAX_QUESTION_CHARS,
+    NON_SETTING_VARIABLES,
+    Settings,
+    load_settings,
+)
 
 
 def test_defaults_put_state_under_home(home: Path) -> None:
@@ -83,19 +89,27 @@ def _assert_one_line_error(result: Result, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("[generation]\ntemprature = 0.2\n", "generation.temprature (did you mean "
-         "generation.temperature?)"),
-        ("temperature = 0.2\n", "temperature (did you mean generation.temperature?)"),
-        ("[retrieval]\nK = 9\n", "retrieval.K (did you mean retrieval.k?)"),
+        ("[generation]\ntemprature = 0.2\n", "unknown setting generation.temprature "
+         "(did you mean generation.temperature?)"),
+        ("temperature = 0.2\n",
+         "unknown setting temperature (did you mean generation.temperature?)"),
+        ("[retrieval]\nK = 9\n", "unknown setting retrieval.K (did you mean retrieval.k?)"),
         ('[[api.publishable_keys]]\nkey = "pk_1"\norigin = ["https://shop.example"]\n',
-         "api.publishable_keys[0].origin (did you mean api.publishable_keys[0].origins?)"),
+         "unknown setting api.publishable_keys[0].origin "
+         "(did you mean api.publishable_keys[0].origins?)"),
+        # A key that moved to another group names its new place.
+        ('[generation]\nbase_url = "http://gpu:8080/v1"\n',
+         "setting generation.base_url has moved to openai.chat_url"),
+        ("[generation]\nretries = 5\n", "setting generation.retries has moved to openai.retries"),
+        ('[embedding]\nbase_url = "http://gpu:8081/v1"\n',
+         "setting embedding.base_url has moved to openai.embedding_url"),
     ],
 )  # fmt: skip
 def test_an_unknown_key_in_the_config_file_names_the_file_and_the_nearest_key(
     home: Path, text: str, problem: str
 ) -> None:
     path = _config(home, text)
-    message = f"{path}: unknown setting {problem}"
+    message = f"{path}: {problem}"
     with pytest.raises(RulekeeperError) as raised:
         load_settings()
     assert str(raised.value) == message
@@ -106,24 +120,69 @@ def test_an_unknown_key_in_the_config_file_names_the_file_and_the_nearest_key(
     ("variable", "value", "problem"),
     [
         ("RULEKEEPER_GENERATION__TEMPRATURE", "0.2",
-         "generation.temprature (did you mean RULEKEEPER_GENERATION__TEMPERATURE?)"),
-        ("RULEKEEPER_RETRIEVL__K", "8", "retrievl.k (did you mean RULEKEEPER_RETRIEVAL__K?)"),
+         "unknown setting generation.temprature "
+         "(did you mean RULEKEEPER_GENERATION__TEMPERATURE?)"),
+        ("RULEKEEPER_RETRIEVL__K", "8",
+         "unknown setting retrievl.k (did you mean RULEKEEPER_RETRIEVAL__K?)"),
         # pydantic-settings itself ignores an unknown top-level variable.
-        ("RULEKEEPER_HOMEDIR", "/tmp/x", "homedir (did you mean RULEKEEPER_HOME?)"),
-        ("RULEKEEPER_CONFG", "/tmp/x.toml", "confg (did you mean RULEKEEPER_CONFIG?)"),
+        ("RULEKEEPER_HOMEDIR", "/tmp/x",
+         "unknown setting homedir (did you mean RULEKEEPER_HOME?)"),
+        ("RULEKEEPER_CONFG", "/tmp/x.toml",
+         "unknown setting confg (did you mean RULEKEEPER_CONFIG?)"),
         ("RULEKEEPER_GENERATION", '{"temprature": 0.2}',
-         "generation.temprature (did you mean generation.temperature?)"),
+         "unknown setting generation.temprature (did you mean generation.temperature?)"),
+        ("RULEKEEPER_GENERATION__TIMEOUT_S", "90", "setting generation.timeout_s has moved to "
+         "openai.timeout_s (RULEKEEPER_OPENAI__TIMEOUT_S)"),
+        ("RULEKEEPER_GENERATION", '{"base_url": "http://gpu:8080/v1"}',
+         "setting generation.base_url has moved to openai.chat_url"),
     ],
 )  # fmt: skip
 def test_an_unknown_variable_names_itself_and_the_nearest_key(
     home: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, problem: str
 ) -> None:
     monkeypatch.setenv(variable, value)
-    message = f"{variable}: unknown setting {problem}"
+    message = f"{variable}: {problem}"
     with pytest.raises(RulekeeperError) as raised:
         load_settings()
     assert str(raised.value) == message
     _assert_one_line_error(_rules_config(), message)
+
+
+def test_a_moved_key_passed_by_code_names_its_new_place(home: Path) -> None:
+    with pytest.raises(RulekeeperError) as raised:
+        load_settings(generation={"retry_backoff_s": 1.0})
+    assert str(raised.value) == (
+        "The setting generation.retry_backoff_s has moved to openai.retry_backoff_s."
+    )
+
+
+def test_the_server_settings_reach_the_server(home: Path) -> None:
+    from rag.openai_server import server_for
+
+    _config(home, '[openai]\nchat_url = "http://gpu:8080/v1/"\nretries = 0\ntimeout_s = 5\n')
+    settings = load_settings()
+    server = server_for(settings.openai.chat_url, settings)
+    assert server.base_url == "http://gpu:8080/v1"
+    assert (server._retries, server._timeout_s) == (0, 5.0)
+
+
+# --- shared limits: a setting narrowing one cannot widen it ------------------------------
+
+
+def test_the_api_question_limit_is_bounded_by_the_one_every_front_end_shares(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.warm_service import local_settings
+
+    monkeypatch.setenv("RULEKEEPER_API__MAX_QUESTION_CHARS", str(MAX_QUESTION_CHARS + 1))
+    with pytest.raises(RulekeeperError, match=r"^Invalid setting api\.max_question_chars"):
+        load_settings()
+    monkeypatch.setenv("RULEKEEPER_API__MAX_QUESTION_CHARS", "100")
+    settings = load_settings()
+    assert settings.api.max_question_chars == 100
+    # The local service answers one player as the command line does: the shared limit.
+    served = local_settings(settings, "token").api
+    assert served.max_question_chars == MAX_QUESTION_CHARS
 
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +207,7 @@ def test_the_projects_own_variables_are_accepted(
     # Every RULEKEEPER_* variable the project names (code, scripts, CI, docs) is a setting or
     # declared as a variable that is not one; this file's misspellings aside.
     sources = [_ROOT / "README.md", _ROOT / ".ci" / "run"]
-    for folder in ("rag", "cli", "api", "eval", "bench", "scripts", "tests", ".ci"):
+    for folder in ("rag", "cli", "api", "eval", "bench", "scripts", "tests", ".ci", "docs"):
         sources += (_ROOT / folder).rglob("*.*")
     named = set()
     for source in sources:

@@ -13,11 +13,12 @@ import typer
 
 from cli.commands.models import print_registry
 from cli.errors import ExitCode
-from cli.settings_view import render_settings
+from cli.settings_view import render_settings, settings_reference
 from cli.state import get_state
 from cli.ui import Ui
 from rag.errors import RulekeeperError
 from rag.generation import llama_available
+from rag.reading.corpus import incomplete_note
 from rag.settings import config_path
 
 if TYPE_CHECKING:
@@ -49,12 +50,23 @@ def config(
     path_only: Annotated[
         bool, typer.Option("--path", help="Print only the config file's path.")
     ] = False,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference",
+            help="Print the reference of every setting (type, default, variable, meaning) "
+            "as Markdown, as docs/configuration.md has it.",
+        ),
+    ] = False,
 ) -> None:
     """Show the effective settings (defaults < config file < RULEKEEPER_* variables)."""
     path = config_path()
     state = get_state(ctx)
     if path_only:
         state.ui.text(str(path))
+        return
+    if reference:
+        state.ui.text(settings_reference().rstrip("\n"))
         return
     settings = state.pipeline.settings  # first: it reports a malformed file in one line
     file_values = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -110,7 +122,11 @@ def _config_file() -> str:
 def _corpus_check(pipeline: Pipeline) -> tuple[Status, str]:
     games = pipeline.corpus.games
     added = sum(not g.builtin for g in games)
-    return "ok", f"{len(games)} games ({added} added by you)"
+    found = f"{len(games)} games ({added} added by you)"
+    interrupted = pipeline.corpus.incomplete
+    if interrupted:
+        return "warn", "; ".join([found, *map(incomplete_note, interrupted)])
+    return "ok", found
 
 
 def _generator_check(pipeline: Pipeline) -> tuple[Status, str]:

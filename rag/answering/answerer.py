@@ -9,7 +9,7 @@ quotes are sent at once) -> situations (a question about something running out, 
 passages none of whose sentences speaks of running out: the rulebook seems silent, and no
 conclusion is written) -> selection (with `select` on, the LLM names the quoted sentences
 that answer, none meaning the rulebook is silent; off, the deciding sentence and the next
-two likeliest) -> translation (of those, for a question in another language) ->
+two likeliest) -> rendering (of those, for a question in another language) ->
 conclusion (the LLM answers from those quotes alone, shown and streamed only when the
 deciding sentence's confidence reaches `conclude_from`; a "when can't I X?" question over
 a chosen rule allowing X under a condition gets that condition turned round instead,
@@ -49,6 +49,7 @@ from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream
 from rag.answering.deciding import DecidingModel, Judged, judge
 from rag.answering.glossing import Glosser
 from rag.answering.quotes import make_quotes, quoted_sentences
+from rag.answering.rendering import Renderer, RenderingStore
 from rag.answering.rewording import (
     allowing_condition,
     asks_when_not_allowed,
@@ -59,19 +60,11 @@ from rag.answering.rewording import (
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.situations import unnamed_situation
 from rag.answering.tables import row_answer
-from rag.answering.translation import RenderingStore, Translator
 from rag.generation import Generator
 from rag.prompting import Prompt
 from rag.settings import GenerationSettings
 from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
 
-# Most quoted sentences the conclusion rests on: fewer, the shorter its prompt.
-MOST_CHOSEN = 3
-DECIDING_CHOSEN = Check(
-    "selection",
-    True,
-    f"the {MOST_CHOSEN} quoted sentences likeliest to decide (generation.select is off)",
-)
 COPIED = Check("negation", True, "copied from the quote's cells: no negation of its own")
 UNTRUSTED_YES_NO = Check(
     "yes_no", False, "a yes or no from this model is not trusted (generation.answer_yes_no)"
@@ -104,7 +97,7 @@ class Answerer:
         self.candidates = candidates
         self.deciding = deciding or DecidingModel.shipped()
         self.generator = generator
-        self.translator = Translator(generator, renderings)
+        self.renderer = Renderer(generator, renderings)
         self.settings = settings
         self.glosser = glosser
 
@@ -144,7 +137,7 @@ class Answerer:
         yield _quotes_event(quotes, question.lang)
         # The conclusion rests on the deciding sentence and the next likeliest quoted ones.
         likeliest = [j.sentence for j in judged if j.sentence in quoted and j is not best]
-        deciding = [best.sentence, *likeliest[: MOST_CHOSEN - 1]]
+        deciding = [best.sentence, *likeliest[: self.settings.basis - 1]]
         if not self.generator.writes:
             checks = [quote_check] if silent_on is None else [quote_check, silent_on]
             answer = self._answer(question, hits, quotes, checks, silence)
@@ -161,7 +154,7 @@ class Answerer:
         elif self.settings.select:
             chosen, selection_check = self._select(question, quoted)
         else:
-            chosen, selection_check = list(deciding), DECIDING_CHOSEN
+            chosen, selection_check = list(deciding), self._likeliest_chosen()
         if not chosen:
             answer = self._silent(question, hits, [quote_check, selection_check])
         else:
@@ -169,11 +162,11 @@ class Answerer:
             checks = [quote_check, selection_check]
             if question.lang != chosen[0].hit.chunk.lang:
                 # Rendered before the conclusion is written, so that it can restate them: a
-                # conclusion composed from the English alone shared too few words with the
-                # renderings made after it for its negations to be checked (eval/RESULTS.md).
-                basis, translation_check = self.translator.translate(basis, question.lang)
-                checks.append(translation_check)
-                quotes = _with_translations(quotes, basis)
+                # conclusion composed from the English alone shares too few words with
+                # renderings made after it for its negations to be checked.
+                basis, rendering_check = self.renderer.render_quotes(basis, question.lang)
+                checks.append(rendering_check)
+                quotes = _with_renderings(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
             frame = concluding and unless_frame(question.text, question.lang, deciding[0].text)
             unless = _unless_conclusion(frame, basis, chosen, question.lang) if frame else None
@@ -251,17 +244,26 @@ class Answerer:
             question.lang,
             deciding,
             game_title=question.game.title,
-            most=MOST_CHOSEN,
+            most=self.settings.basis,
             earlier_question=question.earlier,
         )
-        ids = parse_selection(self.generator.complete(prompt), len(deciding), MOST_CHOSEN)
+        ids = parse_selection(self.generator.complete(prompt), len(deciding), self.settings.basis)
         if ids is None:
-            return list(deciding[:MOST_CHOSEN]), Check(
+            return list(deciding[: self.settings.basis]), Check(
                 "selection", False, "reply named no sentence; the closest are concluded from"
             )
         if not ids:
             return [], Check("selection", True, "no candidate sentence answers the question")
         return [deciding[i - 1] for i in ids], Check("selection", True, f"sentences {ids}")
+
+    def _likeliest_chosen(self) -> Check:
+        """The check saying the conclusion rests on the likeliest quoted sentences."""
+        return Check(
+            "selection",
+            True,
+            f"the {self.settings.basis} quoted sentences likeliest to decide "
+            "(generation.select is off)",
+        )
 
     def _concluded(
         self,
@@ -302,17 +304,16 @@ class Answerer:
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))
         passed = bool(conclusion) and all(
-            c.passed for c in checks if c.name not in ("quotes", "selection", "translation")
+            c.passed for c in checks if c.name not in ("quotes", "selection", "rendering")
         )
         sure = deciding.confidence >= self.settings.conclude_from
         if passed and not sure:
             checks.append(_unsure(deciding))
         shown = passed and sure
-        # Two signals of silence together, measured on the whole gold set: the conclusion
-        # stated a number no quote holds (the quotes lack what was asked), and the closest
-        # sentence is far. A conclusion failing otherwise, such as reading a negation the
-        # wrong way round, misread a rule that is there: under the threshold on gold, 4 of
-        # the 5 such questions were answerable (eval/RESULTS.md, session 16).
+        # Two signals of silence together: the conclusion stated a number no quote holds (the
+        # quotes lack what was asked), and the closest sentence is far. A conclusion failing
+        # otherwise, such as reading a negation the wrong way round, most often misread a
+        # rule that is there, so it does not make the rulebook silent.
         invented = any(c.name == "numbers" and not c.passed for c in checks)
         silence = None
         if not passed and invented and closest < self.settings.min_score_unconcluded:
@@ -348,8 +349,8 @@ class Answerer:
     ) -> Check | None:
         """A failing check if the model, asked for the conclusion again (up to `reasks` times,
         hotter, each with a seed of its own), never states the numbers of `conclusion` again:
-        numbers it makes up vary from one asking to the next, numbers a rule gives do not
-        (eval/RESULTS.md, session 23). None if it repeats them, or states none."""
+        numbers it makes up vary from one asking to the next, numbers a rule gives do not.
+        None if it repeats them, or states none."""
         said = stated_numbers(conclusion, one_words=False)
         if not said or not self.settings.reasks:
             return None
@@ -377,13 +378,13 @@ class Answerer:
         """For a Chinese answer, the conclusion shown (if any) and the renderings beside the
         quotes with the English game terms in brackets the first time each is named; the
         check saying which is added to `checks`."""
-        rendered = [q for q in quotes if q.translation]
+        rendered = [q for q in quotes if q.rendering]
         if question.lang != "zh" or self.glosser is None or not (conclusion or rendered):
             return conclusion, list(quotes)
         texts = [conclusion] if conclusion else []
         sources = [[q.text for q in basis]] if conclusion else []
         glossed, check = self.glosser.gloss(
-            texts + [q.translation or "" for q in rendered],
+            texts + [q.rendering or "" for q in rendered],
             sources + [[q.text] for q in rendered],
             question.game.slug,
         )
@@ -391,9 +392,7 @@ class Answerer:
         if conclusion:
             conclusion, glossed = glossed[0], glossed[1:]
         by_quote = {id(q): text for q, text in zip(rendered, glossed, strict=True)}
-        return conclusion, [
-            replace(q, translation=by_quote.get(id(q), q.translation)) for q in quotes
-        ]
+        return conclusion, [replace(q, rendering=by_quote.get(id(q), q.rendering)) for q in quotes]
 
     def _answer(
         self,
@@ -445,7 +444,7 @@ def _unless_conclusion(
         quote = _quote_of(sentence, basis)
         if quote is None:
             continue
-        rule = quote.text if sentence.hit.chunk.lang == lang else quote.translation
+        rule = quote.text if sentence.hit.chunk.lang == lang else quote.rendering
         condition = allowing_condition(rule, lang) if rule else None
         if condition:
             composed = Check("unless", True, f"quote {quote.n}'s condition, turned round")
@@ -478,9 +477,9 @@ def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote
     return [q for q in quotes if (q.chunk_id, q.text) in keys]
 
 
-def _with_translations(quotes: Sequence[Quote], translated: Sequence[Quote]) -> list[Quote]:
+def _with_renderings(quotes: Sequence[Quote], rendered: Sequence[Quote]) -> list[Quote]:
     """The quotes, each with its rendering where one was made (the selected ones)."""
-    renderings = {(q.chunk_id, q.text): q for q in translated}
+    renderings = {(q.chunk_id, q.text): q for q in rendered}
     return [renderings.get((q.chunk_id, q.text), q) for q in quotes]
 
 

@@ -35,10 +35,10 @@ def _quote_lines(quote: Quote, lang: Lang) -> list[str]:
     words = phrases(lang)
     # A table's rows keep their lines, under the quote's opening mark.
     lines = ["    “" + quote.text.replace("\n", "\n     ") + "”"]
-    if quote.translation:
-        lines.append(f"      {words['translation']}: {quote.translation}")
-    elif quote.translation_withheld:  # the player learns why this one has none
-        lines.append(f"      {words['translation']}: {words['translation_withheld']}")
+    if quote.rendering:
+        lines.append(f"      {words['rendering']}: {quote.rendering}")
+    elif quote.rendering_withheld:  # the player learns why this one has none
+        lines.append(f"      {words['rendering']}: {words['rendering_withheld']}")
     return lines
 
 

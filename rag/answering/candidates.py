@@ -1,9 +1,9 @@
 """Candidate sentences: the sentences of the retrieved passages, closest to the question first.
 
 The first stage of answering. Quotes are drawn from these sentences and the LLM selects
-among the quoted ones, so it reads a few sentences instead of whole passages: on a 2-core
-CPU the wait before the first token is the prompt read (about 65 tokens/s), and a 1.5B
-model given fewer, closer sentences is distracted less. Sentences are compared with the
+among the quoted ones, so it reads a few sentences instead of whole passages: on a CPU the
+wait before the first token is mostly the prompt being read, and a small model given fewer,
+closer sentences is distracted less. Sentences are compared with the
 question by the same multilingual embedder as retrieval, so a Chinese question picks
 English sentences. The sentences' vectors were computed when the index was built; an answer
 embeds only its question.

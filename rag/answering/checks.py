@@ -4,7 +4,7 @@
   ("one die") is not counted otherwise by every quote that counts it ("the two Spawn dice"),
   and a bound it puts on a number ("6 or below") is one a quote puts on it ("below 6");
 - negation: at least one conclusion sentence restates a quote (most of its words are the
-  quote's, or its translation's), so a quote vouches for it; each sentence that restates
+  quote's, or its rendering's), so a quote vouches for it; each sentence that restates
   one says "not" as often, modulo two, as the quote does ("you may … if you DO NOT have"
   read back as "you can't … if you don't have" has one negation too many and is caught),
   and one that reverses what follows a rule's condition must reverse that condition too;
@@ -18,7 +18,7 @@
 - markers: the model was told to write none; any it wrote must point at a shown quote;
 - language: it is in the asker's language, glosses in brackets aside (a small model given
   English rule text for a Chinese question sometimes copies the rule out in English).
-A translation is a restatement of its quote, so it must pass the numbers and negation
+A rendering is a restatement of its quote, so it must pass the numbers and negation
 checks against that quote, keep every number the quote states and its "after", "before"
 and "only", say "each round" only of a quote that names a round or turn, and gloss only
 the quote's own English terms, or it is not shown.
@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rag.answering.data import tuning, words
 from rag.answering.rewording import asks_how_many, asks_when_not, split_condition
 from rag.lang import (
     CJK_RE,
@@ -42,30 +43,33 @@ from rag.lang import (
 )
 from rag.types import Check, Lang, Quote
 
+EN, ZH = words("en"), words("zh")
+
+
+def _any_word(listed: Sequence[str]) -> str:
+    """A regular expression matching any of the words, as whole words."""
+    return rf"\b(?:{'|'.join(listed)})\b"
+
+
 MARKER = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
 
 # --- numbers ---------------------------------------------------------------------------
 
 # Digits standing alone: not part of a name like "D6" or "Mission2", not a marker.
 _DIGITS = re.compile(r"(?<![\[\d.A-Za-z])\d+(?![\]\d])")
-_EN_NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                    "ten", "eleven", "twelve")  # fmt: skip
-_EN_WORD_VALUE = {word: n for n, word in enumerate(_EN_NUMBER_WORDS, start=1)}
-# Read as numbers, as Chinese reads 第二 as 2 ("the second best scores 3" is 第二名得3分),
-# but counting nothing: "draw the second card" draws one.
-_EN_ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
-                "tenth", "eleventh", "twelfth")  # fmt: skip
-_EN_ORDINAL_VALUE = {word: n for n, word in enumerate(_EN_ORDINALS, start=2)}
-_ZH_DIGIT = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
-             "九": 9}  # fmt: skip
-_ZH_NUMERAL = re.compile("[一二两三四五六七八九十]+")
+_EN_WORD_VALUE = {word: n for n, word in enumerate(EN["number_words"], start=1)}
+# Ordinals count nothing ("draw the second card" draws one) but are read as numbers.
+_EN_ORDINAL_VALUE = {word: n for n, word in enumerate(EN["ordinals"], start=2)}
+_ZH_DIGIT: dict[str, int] = ZH["digits"]
+_ZH_TEN: str = ZH["ten"]
+_ZH_NUMERAL = re.compile(f"[{''.join(_ZH_DIGIT)}{_ZH_TEN}]+")
 
 
 def _zh_value(numeral: str) -> int | None:
     """二 -> 2, 十二 -> 12, 二十 -> 20, 二十五 -> 25; other shapes are not read."""
-    if "十" not in numeral:
+    if _ZH_TEN not in numeral:
         return _ZH_DIGIT.get(numeral) if len(numeral) == 1 else None
-    tens, _, ones = numeral.partition("十")
+    tens, _, ones = numeral.partition(_ZH_TEN)
     if len(tens) > 1 or len(ones) > 1:
         return None
     return (_ZH_DIGIT.get(tens, 0) if tens else 1) * 10 + (_ZH_DIGIT.get(ones, 0) if ones else 0)
@@ -100,12 +104,9 @@ def unsupported_numbers(text: str, sources: Sequence[str]) -> set[int]:
 
 # What a number may count, a word or two after it ("two Spawn dice", "one monster card").
 _COUNTED_WINDOW = 2
-# Words that end the things a number counts ("one or two dice", "one of the cards").
-_NOT_COUNTED = frozenset({"or", "and", "of", "more", "less", "fewer", "than", "per", "each",
-                          "at", "to", "in", "on", "the", "your", "their", "is", "are"})  # fmt: skip
-# Words between a verb and its count ("roll the two dice", "draw up to three").
-_BEFORE_COUNT = frozenset({"the", "your", "their", "its", "up", "to", "exactly", "only"})
-_SINGULAR = {"dice": "die"}
+_NOT_COUNTED = frozenset(EN["not_counted"])  # "one or two dice", "one of the cards"
+_BEFORE_COUNT = frozenset(EN["before_count"])  # "roll the two dice", "draw up to three"
+_SINGULAR: dict[str, str] = EN["plurals"]
 
 
 def counted_things(text: str, *, articles: bool = False) -> dict[tuple[str, str], set[int]]:
@@ -165,30 +166,22 @@ def miscounted(text: str, sources: Sequence[str]) -> list[str]:
 
 # A bound on a number, by the words around it: "below 6" is (6, below, strict), "6 or more"
 # (6, above, inclusive). Chinese 以下 and 以上 are read either way, so they agree with both.
-NUMBER = rf"(\d+|(?:{'|'.join(_EN_NUMBER_WORDS)})\b|{_ZH_NUMERAL.pattern})"
+NUMBER = rf"(\d+|(?:{'|'.join(EN['number_words'])})\b|{_ZH_NUMERAL.pattern})"
 Side = Literal["below", "above"]
-_COUNTED = r"\s*[个张点名次枚块格颗轮位回]?\s*"  # a measure word between: 6张或以上
-# Words before the number (a phrase before a shorter one it contains), then words after it,
-# maybe past a word it counts ("6 cards or more").
-_BOUND_WORDS: tuple[tuple[Literal["before", "after"], str, Side, bool | None], ...] = (
-    ("before", r"\bno (?:more|greater) than|\bnot (?:more|greater) than", "below", True),
-    ("before", r"\bno (?:less|fewer) than|\bnot (?:less|fewer) than", "above", True),
-    ("before", r"\b(?:less|fewer|lower) than|\bbelow|\bunder", "below", False),
-    ("before", r"\bat most|\bup to|\bmaximum of", "below", True),
-    ("before", r"\b(?:more|greater|higher) than|\bover|\babove|\bexceeds?", "above", False),
-    ("before", r"\bat least|\bminimum of", "above", True),
-    ("before", r"不超过|不多于|不高于|至多|最多", "below", True),
-    ("before", r"不少于|不低于|至少|最少", "above", True),
-    ("before", r"少于|低于|小于|不到|不足", "below", False),
-    ("before", r"多于|超过|大于|高于", "above", False),
-    ("after", r"(?:\s+[a-z]+)?\s+or (?:less|fewer|lower|below|under)\b", "below", True),
-    ("after", r"(?:\s+[a-z]+)?\s+or (?:more|greater|higher|above)\b", "above", True),
-    ("after", r"\+(?!\d)", "above", True),
-    ("after", rf"{_COUNTED}(?:或|及)(?:更少|更低|少)", "below", True),
-    ("after", rf"{_COUNTED}(?:或|及)(?:更多|更高|多)", "above", True),
-    ("after", rf"{_COUNTED}(?:或|及)?以下", "below", None),
-    ("after", rf"{_COUNTED}(?:或|及)?以上", "above", None),
-)
+_COUNTED = rf"\s*[{ZH['measure_words']}]?\s*"  # a measure word between: 6张或以上
+# Words before the number, then words after it, each language's in its order (a phrase
+# before a shorter one it contains); Chinese 以下 and 以上 do not say whether they include it.
+_BOUND_WORDS: list[tuple[Literal["before", "after"], str, Side, bool | None]] = [
+    (
+        position,
+        entry[position].replace("{counted}", _COUNTED),
+        entry["side"],
+        entry.get("inclusive"),
+    )
+    for position in ("before", "after")
+    for entry in [*EN["bounds"], *ZH["bounds"]]
+    if position in entry
+]
 _BOUNDS = [
     (
         re.compile(
@@ -291,23 +284,19 @@ _ZH_PRIVATIVE = re.compile(r"未|(?<![除并])非(?!常)|无(?![法论需须])|�
 _UNLESS = re.compile(r"\bunless\b", re.IGNORECASE)
 # A yes/no answer word opening a conclusion answers the question; the claim follows it.
 _ANSWER_WORD = re.compile(
-    r"^\s*(?:(?:yes|no)\b[\s,.;:!—-]*"
-    r"|(?:是的|是|不是|不|否|对|不对|可以|不可以|能|不能|会|不会|需要|不需要|要|不要|有|没有|算|不算)"
-    r"\s*[，,。.！!：:；;]\s*)",
+    rf"^\s*(?:(?:yes|no)\b[\s,.;:!—-]*|(?:{'|'.join(ZH['answer_words'])})\s*[，,。.！!：:；;]\s*)",
     re.IGNORECASE,
 )
 _EN_OPENER = re.compile(r"(yes|no)\b")
 # How a Chinese answer says no, tried before yes (不会 is not 会), and yes.
-_ZH_NO = ("不", "否", "没", "并不", "并没", "并非", "无法", "无需", "无须")
-_ZH_YES = ("是", "对", "可以", "会", "能", "需要", "要", "必须", "算", "有", "当然", "允许", "行")
+_ZH_NO, _ZH_YES = tuple(ZH["no"]), tuple(ZH["yes"])
 _LEADING = re.compile(r"^[\s*_#>\"'“”‘’「」『』【】()（）:：-]+")
-# Share of a conclusion sentence's words that a quote must hold for the sentence to count
-# as restating it. Below it the sentence says something else (answers a yes/no question's
-# own proposition, joins two rules), and its negations need not match any one quote's.
-RESTATES = 0.6
-# A claim of fewer content words restates anything that names them. Words in brackets
-# are glosses ("复活（Revive）" is one word, not two) and do not count.
-MIN_CLAIM_WORDS = 2
+# When a conclusion sentence restates a quote, its negations must match that quote's
+# (tuning.toml says why these numbers). Words in brackets are glosses ("复活（Revive）" is one
+# word, not two) and do not count.
+_RESTATING = tuning("restating")
+RESTATES: float = _RESTATING["share"]
+MIN_CLAIM_WORDS: int = _RESTATING["min_claim_words"]
 _GLOSS = re.compile(r"（[^（）]*）|\([^()]*\)")
 
 
@@ -393,18 +382,18 @@ _SEMICOLON = re.compile(r"\s*[;；]\s*")
 
 
 def _english_in_chinese(text: str, quote: str) -> bool:
-    """Whether the text is Chinese about an English quote: a translation's wording checks
+    """Whether the text is Chinese about an English quote: a rendering's wording checks
     (`dropped_bounds`, `dropped_terms`, `invented_words`) know the words of both."""
     return bool(CJK_RE.search(text)) and not CJK_RE.search(quote)
 
 
 def _sources(conclusion: str, quotes: Sequence[Quote]) -> list[tuple[int, str]]:
-    """What each quote is compared in, clause by clause: its own words, or its translation
+    """What each quote is compared in, clause by clause: its own words, or its rendering
     for a conclusion in another language, Chinese about an English rulebook or English about
-    a Chinese one (no translation: not comparable)."""
+    a Chinese one (no rendering: not comparable)."""
     chinese = bool(CJK_RE.search(conclusion))
     pairs = [
-        (i, q.translation if chinese != bool(CJK_RE.search(q.text)) else q.text)
+        (i, q.rendering if chinese != bool(CJK_RE.search(q.text)) else q.text)
         for i, q in enumerate(quotes)
     ]
     return [
@@ -456,9 +445,7 @@ def answer_word_check(conclusion: str, question: str, lang: Lang) -> Check:
 
 
 # A quantity answered without a number: there is none to give.
-_NO_LIMIT = re.compile(
-    r"\b(?:unlimited|no limit|any number|as many as)\b|不限|无限|没有上限|任意", re.IGNORECASE
-)
+_NO_LIMIT = re.compile(f"{_any_word(EN['no_limit'])}|{'|'.join(ZH['no_limit'])}", re.IGNORECASE)
 
 
 def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
@@ -474,7 +461,7 @@ def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
 
 
 # Words that join what the quotes say rather than say something of their own.
-_CONNECTIVES = frozenset(["unless", "because", "therefore", "thus"])
+_CONNECTIVES = frozenset(EN["connectives"])
 # The endings an English word takes as it is used: "placed", "places" and "placing" are one
 # word, as are "eliminate" and "eliminated", and "throws" and "thrown".
 _ENDING = re.compile(r"(?:'s|ing|ed|en|es|e|s|d|n)$")
@@ -518,8 +505,8 @@ def own_words_check(
 
 # What says the "not" side: a negation (`negations`), or a restriction or
 # exception ("only", "except", 只, 除了 …) that leaves the rest out.
-_EN_RESTRICTION = re.compile(r"\b(?:only|except|instead|other than)\b", re.IGNORECASE)
-_ZH_RESTRICTION = re.compile(r"只|仅|除|才")
+_EN_RESTRICTION = re.compile(_any_word(EN["restriction"]), re.IGNORECASE)
+_ZH_RESTRICTION = re.compile("|".join(ZH["restriction"]))
 
 
 def when_not_check(conclusion: str, question: str, lang: Lang) -> Check:
@@ -562,21 +549,21 @@ def strip_markers(text: str, shown: Sequence[int]) -> tuple[str, Check]:
     return cleaned, Check("markers", True)
 
 
-# --- translations ------------------------------------------------------------------------
+# --- renderings --------------------------------------------------------------------------
 
 
 # Between a number and the unit written against it: "3AP" holds the word "AP".
 _NUMBER_UNIT = re.compile(r"(?<=\d)(?=[A-Za-z])")
 
 
-def foreign_glosses(translation: str, quote: str) -> list[str]:
+def foreign_glosses(rendering: str, quote: str) -> list[str]:
     """Bracketed English terms in a rendering that its quote does not contain: the rendering
     gives a term's English word "the first time", and a word the quote lacks was not taken
-    from it (the 1.5B model has returned the instruction's own example, 潜行判定（Stealth
-    test）, as the "translation" of an unrelated sentence)."""
+    from it (a small model may return the instruction's own example, 潜行判定（Stealth
+    test）, as the rendering of an unrelated sentence)."""
     own = _words(_NUMBER_UNIT.sub(" ", quote))
     # Brackets holding Chinese are the sentence's own asides (（A或B）, （例如C）), not glosses.
-    glosses = [g for g in ENGLISH_GLOSS.findall(translation) if not CJK_RE.search(g)]
+    glosses = [g for g in ENGLISH_GLOSS.findall(rendering) if not CJK_RE.search(g)]
     return [g for g in glosses if not _words(g) <= own]
 
 
@@ -585,61 +572,48 @@ def foreign_glosses(translation: str, quote: str) -> list[str]:
 _ITEM_NUMBER = re.compile(r"^\s*\d+(?:[.)]\s|\s+(?=[A-Z][a-z]))")
 
 
-def dropped_numbers(translation: str, quote: str) -> set[int]:
-    """Numbers the quote states that the translation does not ("If you ever have 10 cards
+def dropped_numbers(rendering: str, quote: str) -> set[int]:
+    """Numbers the quote states that the rendering does not ("If you ever have 10 cards
     and draw a card…" rendered without its 10 has lost its condition). "One" and "a" are
     not asked for: 一 stands in many words, and "a card" may be rendered 一张 or not."""
     stated = stated_numbers(_ITEM_NUMBER.sub(" ", quote), one_words=False)
-    return stated - stated_numbers(translation)
+    return stated - stated_numbers(rendering)
 
 
-# Words that bound a rule to a time or to one case, with the Chinese that keeps each: a
-# rendering without it states another rule ("At the beginning of a player turn after their
-# first, gain 3 AP" as 在第一次回合开始时…; "Only the card on top of the stack is active" as
-# 堆顶的牌是活动的). 然后 (then) and 最后 (last) say no "after", 当前 and 目前 (current) no
-# "before"; "only if" may be kept as 除非 (unless). "Only" before a number ("only one
-# character", "instead of only 4") stresses the number, which must be kept anyway.
-_BOUNDS_KEPT_AS = (
-    (re.compile(r"\bafter\b", re.IGNORECASE), re.compile(r"(?<![然最])后")),
-    (re.compile(r"\bbefore\b", re.IGNORECASE), re.compile(r"(?<![当目])前|先")),
+# The "after", "before" and "only" of an English rule, each with the Chinese that keeps it
+# (words/zh.toml says why); "only" before a number stresses the number, checked anyway.
+_BOUNDS_KEPT_AS = [
     (
-        re.compile(rf"\bonly\b(?!\s+(?:\d|{'|'.join(_EN_NUMBER_WORDS)})\b)", re.IGNORECASE),
-        re.compile(r"只|仅|才|唯一|除非"),
-    ),
-)
+        re.compile(
+            rf"\b{kept['en']}\b"
+            + (
+                rf"(?!\s+(?:\d|{'|'.join(EN['number_words'])})\b)"
+                if kept.get("not_before_number")
+                else ""
+            ),
+            re.IGNORECASE,
+        ),
+        re.compile(kept["zh"]),
+    )
+    for kept in ZH["kept_bounds"]
+]
 
 
-def dropped_bounds(translation: str, quote: str) -> list[str]:
-    """The "after", "before" and "only" of an English quote that its Chinese translation
+def dropped_bounds(rendering: str, quote: str) -> list[str]:
+    """The "after", "before" and "only" of an English quote that its Chinese rendering
     does not keep."""
-    if not _english_in_chinese(translation, quote):
+    if not _english_in_chinese(rendering, quote):
         return []
     return [
         found[0]
         for english, kept in _BOUNDS_KEPT_AS
-        if (found := english.search(quote)) and not kept.search(translation)
+        if (found := english.search(quote)) and not kept.search(rendering)
     ]
 
 
-# A game's components and where they lie, with the Chinese that names each: read blind,
-# a quarter to a third of the renderings shown beside quotes changed the rule, most often by
-# naming one component as another (a deck as 手牌, the hand; a tile or a token as 牌, a card)
-# or by dropping where a card lies ("the top card" as 一张牌). A word kept in English in the
-# sentence names it too; a bracketed English gloss does not (从 loot 桌（Loot deck）: a table).
-_TERMS_KEPT_AS = (
-    (r"decks?", r"堆|库|牌组|卡组|洗牌"),  # 洗牌 is "shuffle the cards": the deck
-    (r"(?:your|their|his|her|the|a|in|from|into|to)\s+hands?|hand (?:limit|size)", r"手"),
-    (r"tiles?", r"块|格|砖|地盘|地形|区域|地点"),
-    (r"tokens?", r"标记|指示物|代币|令牌|标志|筹码|记号|棋子|标识"),
-    (r"dices?|die", r"骰"),  # "all the dices are returned" (Bangkok)
-    (r"boards?", r"板|版图|棋盘|图板"),
-    (r"top", r"顶|上"),
-    (r"bottom", r"底|下"),
-    (r"face[- ]?up", r"正面|朝上|翻开|明"),
-    (r"face[- ]?down", r"背面|朝下|暗|盖"),
-    (r"shuffl\w*", r"洗|混"),
-    (r"discard\w*", r"弃|丢|扔"),
-)
+# A game's components and where they lie, each with the Chinese that names it
+# (words/zh.toml). A word kept in English in the sentence names it too; a bracketed English
+# gloss does not (从 loot 桌（Loot deck）: a table).
 
 
 def _english_words(alternatives: str) -> re.Pattern[str]:
@@ -649,16 +623,16 @@ def _english_words(alternatives: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z])(?:{alternatives})(?![A-Za-z])", re.IGNORECASE)
 
 
-_TERMS = [(_english_words(en), re.compile(zh)) for en, zh in _TERMS_KEPT_AS]
+_TERMS = [(_english_words(kept["en"]), re.compile(kept["zh"])) for kept in ZH["kept_terms"]]
 
 
-def dropped_terms(translation: str, quote: str) -> list[str]:
+def dropped_terms(rendering: str, quote: str) -> list[str]:
     """The components and places an English quote names ("deck", "tile", "top" …) that its
-    Chinese translation names neither in Chinese nor in English outside a gloss."""
-    if not _english_in_chinese(translation, quote):
+    Chinese rendering names neither in Chinese nor in English outside a gloss."""
+    if not _english_in_chinese(rendering, quote):
         return []
     # Without its English glosses; a bracket holding Chinese is an aside (（A或B）) and stays.
-    sentence = ENGLISH_GLOSS.sub(lambda m: m[0] if CJK_RE.search(m[1]) else "", translation)
+    sentence = ENGLISH_GLOSS.sub(lambda m: m[0] if CJK_RE.search(m[1]) else "", rendering)
     return [
         found[0]
         for english, kept in _TERMS
@@ -668,41 +642,33 @@ def dropped_terms(translation: str, quote: str) -> list[str]:
     ]
 
 
-# What a rendering may say only of a quote that names it, with the English that does:
-# "each round" or "each turn" (the worked example's 每轮结束时 copied into "3. Draw 3
-# Objective cards.": 每轮开始时，玩家从目标卡堆中抽取3张目标卡); the hand, which the model
-# drew monster cards from where the rule says to draw them (从你的手牌中抽一张怪物卡);
-# dice, in a game of thrown cards (掷骰 for a throw) or for Health Dials (生命骰).
-_NAMED_ONLY_AS = (
-    (r"每一?[轮回]|每个回合", r"rounds?|turns?"),
-    (r"(?<![枪对])手牌", r"hands?"),  # 枪手牌 are Gunslinger cards, 对手牌 an opponent's
-    (r"骰", r"dices?|die|roll\w*"),
-)
-_NAMED_ONLY = [(re.compile(zh), _english_words(en)) for zh, en in _NAMED_ONLY_AS]
+# What a rendering may say only of a quote that names it ("each round", the hand, dice),
+# with the English that does (words/zh.toml).
+_NAMED_ONLY = [(re.compile(named["zh"]), _english_words(named["en"])) for named in ZH["named_only"]]
 
 
-def invented_words(translation: str, quote: str) -> list[str]:
-    """What a Chinese translation says ("each round", the hand, dice) that its English quote
+def invented_words(rendering: str, quote: str) -> list[str]:
+    """What a Chinese rendering says ("each round", the hand, dice) that its English quote
     names nowhere."""
-    if not _english_in_chinese(translation, quote):
+    if not _english_in_chinese(rendering, quote):
         return []
     return [
         found[0]
         for chinese, english in _NAMED_ONLY
-        if (found := chinese.search(translation)) and not english.search(quote)
+        if (found := chinese.search(rendering)) and not english.search(quote)
     ]
 
 
-def faithful(translation: str, quote: str) -> bool:
-    """A translation states every number its quote states and no other, says "not" as
+def faithful(rendering: str, quote: str) -> bool:
+    """A rendering states every number its quote states and no other, says "not" as
     often (mod 2), keeps its "after", "before" and "only" and the components it names,
     adds no round, hand or dice it does not name, and glosses only English terms of it."""
     return (
-        not unsupported_numbers(translation, [quote])
-        and not dropped_numbers(translation, quote)
-        and not flipped(translation, quote)
-        and not dropped_bounds(translation, quote)
-        and not dropped_terms(translation, quote)
-        and not invented_words(translation, quote)
-        and not foreign_glosses(translation, quote)
+        not unsupported_numbers(rendering, [quote])
+        and not dropped_numbers(rendering, quote)
+        and not flipped(rendering, quote)
+        and not dropped_bounds(rendering, quote)
+        and not dropped_terms(rendering, quote)
+        and not invented_words(rendering, quote)
+        and not foreign_glosses(rendering, quote)
     )

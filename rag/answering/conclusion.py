@@ -52,7 +52,7 @@ def conclusion_prompt(
     reply = words["reply_yes_no" if yes_no else "reply_plain"]
     task = fill(words["conclude"], "conclude", reply=fill(reply, "reply"))
     rule_text = "\n".join(
-        f"{i}. ({q.label}) {q.text}" + (f"\n   ({q.translation})" if q.translation else "")
+        f"{i}. ({q.label}) {q.text}" + (f"\n   ({q.rendering})" if q.rendering else "")
         for i, q in enumerate(quotes, start=1)
     )
     user = render(

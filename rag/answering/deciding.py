@@ -14,15 +14,14 @@ part: the signals hold for any rulebook in either language.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from rag.answering.candidates import Sentence
+from rag.answering.data import data
 
 WEIGHTS_FILE = "deciding.toml"
 
@@ -93,8 +92,7 @@ class DecidingModel:
 
     @classmethod
     def shipped(cls) -> DecidingModel:
-        text = resources.files("rag.answering").joinpath(WEIGHTS_FILE).read_text("utf-8")
-        return cls.from_dict(tomllib.loads(text))
+        return cls.from_dict(data(WEIGHTS_FILE))
 
 
 def judge(ranked: Sequence[Sentence], model: DecidingModel) -> list[Judged]:

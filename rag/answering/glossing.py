@@ -3,15 +3,15 @@ first time it names it (潜行判定（Stealth test）), so a player can find th
 and in the rule text, which stay in English. The conclusion shown is glossed by the terms of
 the quotes it rests on, then the renderings beside the quotes, each by its own quote's. Only
 what is shown is glossed: the model reads the renderings as they were made (conclusions
-written from glossed renderings failed their checks more often, eval/RESULTS.md).
+written from glossed renderings fail their checks more often).
 
 The small model seldom writes these brackets itself, and asked to name a Chinese word for
 each term it paired "Rest" with 重新抽取. So no model is asked: the game's terms are its
 headings and glossary entries, those that the text's quotes use are candidates, and its
 phrases (jieba's words, up to three together) are compared
 with them by the multilingual embedder that retrieval uses. A term and a phrase are paired
-when each is the other's closest and they are close enough (eval/RESULTS.md, session 15);
-the bracket goes after the phrase's first appearance.
+when each is the other's closest and they are close enough, so that a phrase merely near
+a term is not taken for it; the bracket goes after the phrase's first appearance.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rag.answering.data import words
 from rag.lang import ENGLISH_GLOSS, STOPWORDS, chinese_words
 from rag.searching.embedding import Embedder
 from rag.types import Check, Chunk
@@ -37,7 +38,7 @@ _MOST_TERM_WORDS = 3
 _PHRASE_WORDS = 3
 _CHINESE_PHRASE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2,6}")
 # Particles and the like do not begin or end a term (附着了 is 附着 done).
-_NOT_AT_THE_EDGE = frozenset("的了地得着过和与或在是把被将就都也还又很")  # one character each
+_NOT_AT_THE_EDGE = frozenset(words("zh")["not_at_phrase_edge"])  # one character each
 # A bracket of English after a phrase glosses it already; （见下文） does not.
 _GLOSSED_ALREADY = re.compile(r"\s*" + ENGLISH_GLOSS.pattern)
 
@@ -64,7 +65,8 @@ def game_terms(chunks: Iterable[Chunk]) -> list[str]:
 
 def _is_term(text: str) -> bool:
     """A name, not a procedure: "Encountering monster tokens" and "Equipping Gear" head the
-    rule for a situation, and paired 带有怪物标记 (with monster tokens) on the gold set."""
+    rule for a situation, and pair with a phrase for the situation, such as 带有怪物标记
+    (with monster tokens)."""
     words = text.split()
     return (
         _LATIN_TERM.fullmatch(text) is not None

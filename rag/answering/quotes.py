@@ -2,11 +2,10 @@
 
 Every answer has them, whichever backend runs: they are what a player can check. They come
 from one passage, the one that answers best (two for a "when can't I …?" question when two
-ways of choosing disagree, `quoted_sentences`): on the gold set, quoting the closest sentences
-of one passage instead of the closest of all five carried more key facts and cited a
-passage holding the evidence far more often, and so did the held-out sets
-(`bench/quotes.py`, eval/RESULTS.md). A quote is shown only when its text is an
-exact substring of its passage, so nothing that reads as rule text can have been altered.
+ways of choosing disagree, `quoted_sentences`): the closest sentences of one passage carry
+more of a rule than the closest of all passages, which mix neighbouring rules, and cite the
+passage that holds it (`bench/quotes.py` compares the two). A quote is shown only when its
+text is an exact substring of its passage, so nothing that reads as rule text can have been altered.
 Passages are numbered [1], [2] … in the order their best sentence ranks; a passage's
 sentences share its number and keep their reading order.
 """
@@ -17,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rag.answering.candidates import Sentence
+from rag.answering.data import tuning
 from rag.answering.rewording import asks_when_not
 from rag.types import Check, Citation, Hit, Lang, Quote
 
@@ -28,7 +28,7 @@ class PassageChoice:
     times the passage's own similarity with the question (retrieval's dense score) and
     `lexical_weight` times its keyword score relative to the best hit's, less `rank_penalty`
     per place it stands below retrieval's first. A passage that is one sentence counts it
-    again at `lone_weight`.
+    again at `lone_weight`. The weights are data: tuning.toml.
 
     Two sentences, not one: a rule is usually a condition and what follows from it, so a
     one-line glossary entry that merely echoes the question's words ("Test: Perform a
@@ -37,11 +37,11 @@ class PassageChoice:
     adding nothing for its missing second sentence let it lose to any section with two
     fairly close ones."""
 
-    summed: int = 2
-    passage_weight: float = 0.0
-    lexical_weight: float = 0.0
-    rank_penalty: float = 0.0
-    lone_weight: float = 0.0
+    summed: int
+    passage_weight: float
+    lexical_weight: float
+    rank_penalty: float
+    lone_weight: float
 
     def score(self, own: Sequence[Sentence], best_lexical: float) -> float:
         hit = own[0].hit
@@ -56,17 +56,11 @@ class PassageChoice:
         )
 
 
-BY_SENTENCES = PassageChoice()
-# The sentences, and the passage as a whole, its keywords and its place in retrieval's
-# order: on every gold set the passage holding the evidence was quoted as often as by the
-# sentences alone or more often (citation precision on gold 0.81 -> 0.86, on the held-out
-# probe 0.83 -> 0.94), from the middle of a plateau of weights (bench/quotes.py,
-# eval/RESULTS.md session 14). A one-sentence passage's sentence counted again at 0.4 of its
-# weight quoted the passage holding the evidence for 6 more items of four sets, one of them
-# a real rulebook, and for none fewer; at 0.45 a real-rulebook item lost it (session 19).
-BY_SENTENCES_AND_PASSAGE = PassageChoice(
-    passage_weight=0.5, lexical_weight=0.1, rank_penalty=0.04, lone_weight=0.4
-)
+_CHOICES = tuning("passage_choice")
+BY_SENTENCES = PassageChoice(**_CHOICES["by_sentences"])
+# The sentences, and the passage as a whole, its keywords and its place in retrieval's order:
+# quotes the passage holding the rule at least as often as the sentences alone.
+BY_SENTENCES_AND_PASSAGE = PassageChoice(**_CHOICES["by_sentences_and_passage"])
 
 
 def deciding_sentences(
@@ -94,9 +88,8 @@ def quoted_sentences(
     arises ("If you enter a tile … and DO NOT have any monster cards attached to you, you
     may attempt a stealth test") rather than in the thing's own section, which the passage
     as a whole and retrieval's order favour. So when its sentences alone choose another
-    passage, both are quoted, the closest half (rounded up) of that one: on 31 questions of
-    that shape, 22 of them written blind, either choice alone missed evidence that both
-    together quote (eval/RESULTS.md, sessions 15 and 16)."""
+    passage, both are quoted, the closest half (rounded up) of that one: on questions of that
+    shape, either choice alone misses rules that both together quote."""
     best = deciding_sentences(ranked, most)
     if not best or not asks_when_not(question, lang):
         return best

@@ -1,6 +1,6 @@
 """Question shapes: "when can't I X?" is asked both ways round; yes/no questions are told apart.
 
-A 1.5B model answers in the polarity of the question: it copies the rule's condition and
+A small model answers in the polarity of the question: it copies the rule's condition and
 puts the question's "can't" in front of it. That is right when the rule itself says
 "cannot" ("you cannot place an enchantment token on a card that already has one"), and
 backwards when the rule says when something is allowed: asked "when can't I do a stealth
@@ -17,22 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rag.answering.data import words
 from rag.lang import ZH_NEGATING_BU, negations, sentence_spans
 from rag.prompting import phrases
 from rag.types import Lang
 
-# Negated modal → its positive form.
-_EN_POSITIVE = {
-    "can't": "can",
-    "cannot": "can",
-    "can not": "can",
-    "may not": "may",
-    "don't": "do",
-    "doesn't": "does",
-    "won't": "will",
-    "isn't": "is",
-    "aren't": "are",
-}
+EN, ZH = words("en"), words("zh")
+# A negated modal and its positive form, tried in order ("can't" -> "can").
+_EN_POSITIVE: dict[str, str] = EN["positive"]
 # The "not" may also follow the question's subject: "When does a monster not activate?",
 # "When am I not allowed to scavenge?" (its positive form drops the "not").
 _EN_QUESTION = re.compile(
@@ -44,20 +36,7 @@ _EN_QUESTION = re.compile(
     re.IGNORECASE,
 )
 
-_ZH_POSITIVE = {
-    "不可以": "可以",
-    "不需要": "需要",
-    "不能": "可以",
-    "不可": "可以",
-    "无法": "可以",
-    "不会": "会",
-    "不得": "可以",
-    "不用": "需要",
-    "可以不": "需要",  # 什么情况下可以不选？ asks when one needn't
-    "不再": "还",
-    "没有": "有",
-    "没法": "可以",
-}
+_ZH_POSITIVE: dict[str, str] = ZH["positive"]
 # Any other negating 不 before a verb (不结算, 不算, 不放进) is dropped for the positive form.
 _ZH_QUESTION = re.compile(
     r"^(?P<lead>.*?(?P<wh>什么时候|何时|哪些时候|什么情况下|哪些情况下|哪种情况下|什么情形下"
@@ -113,30 +92,17 @@ def asks_when_not(question: str, lang: Lang) -> bool:
     return _when_not(question, lang) is not None
 
 
-# Words of the asker, as the answer says them back.
-_EN_PERSON = {
-    "i": "you",
-    "me": "you",
-    "my": "your",
-    "mine": "yours",
-    "myself": "yourself",
-    "i've": "you've",
-    "i'm": "you're",
-    "we": "you",
-    "us": "you",
-    "our": "your",
-}
+# Words of the asker, as the answer says them back ("my" -> "your").
+_EN_PERSON: dict[str, str] = EN["person"]
 _EN_WORD = re.compile(r"[A-Za-z']+")
 
 
 # Only a question about being allowed is turned round: "you may X if C" means you cannot X
 # unless C, but "X happens when C" does not say that nothing else brings X about.
-_PERMISSION = frozenset(
-    {"can't", "cannot", "can not", "may not", "不能", "不可以", "不可", "无法", "没法", "不得"}
-)
+_PERMISSION = frozenset([*EN["permission"], *ZH["permission"]])
 # A rule that names its own exception ("every turn except the first") is copied as it is.
 _EXCEPTION = re.compile(
-    r"\b(?:except|unless|other than|but not)\b|除了|除非|以外|之外", re.IGNORECASE
+    rf"\b(?:{'|'.join(EN['exception'])})\b|{'|'.join(ZH['exception'])}", re.IGNORECASE
 )
 
 
@@ -156,9 +122,9 @@ def unless_frame(question: str, lang: Lang, closest_rule: str | None) -> str | N
     (`allowing_condition`): "You can't do a stealth test unless {condition}." /
     "除非{condition}，否则不能进行潜行判定。".
 
-    A 1.5B model asked for the "can't" case states the allowed one, or drops a "not" when it
-    turns the rule round, and asked to copy the condition it copies the whole sentence
-    (eval/RESULTS.md, session 17); so the condition is taken from the rule by its shape and
+    A small model asked for the "can't" case states the allowed one, or drops a "not" when it
+    turns the rule round, and asked to copy the condition it copies the whole sentence; so
+    the condition is taken from the rule by its shape and
     the turn is made here. None when the closest rule is itself negative or names its
     exception (the model copies those the right way round), or for an English question
     whose subject is not the asker.
@@ -353,7 +319,7 @@ def asks_how_many(question: str, lang: Lang) -> bool:
 
 
 # The verb a Chinese yes/no question turns on, so the answer says 可以 / 不可以, not 是 / 不是.
-_ZH_VERBS = ("可以", "能", "会", "需要", "要", "有", "算")
+_ZH_VERBS: list[str] = ZH["yes_no_verbs"]
 
 
 def yes_no_word(answer: str, question: str, lang: Lang) -> str:

@@ -1,8 +1,8 @@
 """A rulebook table by player count answers "with N players, how many …?" by its row.
 
 Setups are often a table whose first column is the number of players ("Number of players |
-Sherlock Team | Moriarty Team", then "6 | 4 | 2"). The 1.5B model, given the table as a
-quote, answered with the footnote under it instead (eval/RESULTS.md, session 18). When the
+Sherlock Team | Moriarty Team", then "6 | 4 | 2"). A small model, given the table as a
+quote, answers with the footnote under it instead. When the
 question names a player count and the closest quoted sentence is such a table, the answer
 is that row under its header's names, written by no model and checked like any conclusion.
 A row whose count or cells are marked for a footnote ("4*- 5" for 4 players) is not

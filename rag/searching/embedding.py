@@ -78,17 +78,18 @@ class Embedder(ABC):
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query's vector (read-only: it is shared by every caller of the same text)."""
+        # Held while encoding: a question asked by two threads at once (a server's rule-text
+        # and model lanes) is embedded once, the second finding the first's vector.
         with self._queries_lock:
             if text in self._queries:
                 self._queries.move_to_end(text)
                 return self._queries[text]
-        vector = self.embed_queries([text])[0]
-        vector.setflags(write=False)
-        with self._queries_lock:
+            vector = self.embed_queries([text])[0]
+            vector.setflags(write=False)
             self._queries[text] = vector
             if len(self._queries) > _RECENT_QUERIES:
                 self._queries.popitem(last=False)
-        return vector
+            return vector
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -108,6 +109,10 @@ class SentenceTransformerEmbedder(Embedder):
         self._precision = precision
         self._model: Any = None
         self._lock = threading.Lock()
+        # One encode at a time: the fast tokenizer's Rust object refuses a second thread
+        # while one encodes ("Already borrowed"), and on a few cores two encodes at once are
+        # no faster than one after the other.
+        self._encoding = threading.Lock()
 
     def _load(self) -> Any:
         with self._lock:
@@ -151,7 +156,7 @@ class SentenceTransformerEmbedder(Embedder):
         model = self._load()
         # Models such as EmbeddingGemma and E5 use different prompts for queries and passages.
         encode = getattr(model, "encode_query" if query else "encode_document", model.encode)
-        with torch.inference_mode():  # no autograd bookkeeping: a query is ~10% faster
+        with self._encoding, torch.inference_mode():  # no autograd: a query is ~10% faster
             vectors = encode(texts, batch_size=len(texts), show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
 

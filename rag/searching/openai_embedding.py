@@ -69,8 +69,8 @@ class OpenAIEmbedder(Embedder):
 def make_openai_embedder(settings: Settings) -> OpenAIEmbedder:
     emb = settings.embedding
     return OpenAIEmbedder(
-        server_for(emb.base_url, settings),
-        emb.model,
+        server_for(settings.openai.embedding_url, settings),
+        settings.openai.embedding_model,
         query_prefix=emb.query_prefix,
         passage_prefix=emb.passage_prefix,
     )

@@ -1,7 +1,7 @@
 """Each passage's sentences with their vectors, embedded when the index is built.
 
 Quotes are drawn from these sentences, ranked by closeness to the question. Embedding them
-at question time cost about 0.3 s of a 0.4 s extractive answer, and every API worker paid it
+at question time took most of an extractive answer's time, and every API worker paid it
 again for each passage it quoted first; stored with the index, an answer embeds only its
 question. A sentence's vector depends on nothing but the model and the sentence, so a
 rebuild reuses every stored vector whose sentence is unchanged (overlapping windows repeat

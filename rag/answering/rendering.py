@@ -1,16 +1,16 @@
-"""Translation: the selected quotes rendered in the asker's language, beside the quotes.
+"""Renderings: the selected quotes rendered by the LLM in the asker's language, beside them.
 
 For a Chinese question on an English rulebook the quote stays in English (it is the rule)
 and a faithful rendering sits beside it, so the player can check both; the conclusion is
 then written from the quotes and their renderings. One sentence per model call: a small
-model translates a single sentence well, and mangles several at once (given three rule
-sentences and a question in one reply, the 1.5B model copied the question as each
-"translation"). A rendering that states a number its quote does not, says "not" an odd
+model renders a single sentence well, and mangles several at once (given three rule
+sentences and a question in one reply, a small model copies the question as each
+rendering). A rendering that states a number its quote does not, says "not" an odd
 number of times more or less, drops an "after", "before" or "only" or a component the quote
 names (a deck, a tile, the top card …), names a round, a hand or dice the quote does not,
 or is not in the asker's language, is not shown.
 
-Renderings are kept per sentence, so a sentence quoted again is not translated again: for
+Renderings are kept per sentence, so a sentence quoted again is not rendered again: for
 the life of the process, and on disk in the Rulekeeper home when a store is given, where
 other processes (the local service, API workers) find them too. A rulebook's sentences can
 be rendered ahead of time (`rules render`): a Chinese question then waits for no rendering,
@@ -34,39 +34,39 @@ from rag.lang import detect_lang
 from rag.prompting import Prompt, fill, phrases, reply_text, system_message
 from rag.types import LANGS, Check, Lang, Quote
 
-TRANSLATION_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
-TRANSLATION_FIELD = "translation"
+RENDERING_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
+# The reply's field. The model is asked to translate, the word it knows; the prompt and this
+# schema name the files renderings are kept in, so a new word would orphan every one made.
+RENDERING_FIELD = "translation"
 # The reply is held to this shape: asked for plain text under a system prompt that wants JSON,
-# the 1.5B model wrapped its translation in JSON of its own invention (```json {"翻译": …}).
-TRANSLATION_SCHEMA = {
+# a small model wraps its rendering in JSON of its own invention (```json {"翻译": …}).
+RENDERING_SCHEMA = {
     "type": "object",
-    "properties": {TRANSLATION_FIELD: {"type": "string"}},
-    "required": [TRANSLATION_FIELD],
+    "properties": {RENDERING_FIELD: {"type": "string"}},
+    "required": [RENDERING_FIELD],
 }
 
 
-def translation_prompt(text: str, lang: Lang) -> Prompt:
+def rendering_prompt(text: str, lang: Lang) -> Prompt:
     """The task with a worked example, then the sentence as a message of its own (see
     phrases.toml): every rendering's prompt is the same up to the sentence, so llama.cpp
     reads the shared part once for a run of renderings."""
     said = phrases(lang)
-    example = json.dumps(
-        {TRANSLATION_FIELD: said["translate_example_rendering"]}, ensure_ascii=False
-    )
+    example = json.dumps({RENDERING_FIELD: said["render_example_rendering"]}, ensure_ascii=False)
     return Prompt(
-        task="translate",
+        task="render",
         question=text,
         messages=[
             system_message(),
             {
                 "role": "user",
-                "content": f"{fill(said['translate'], 'translate')}\n\n{said['translate_example']}",
+                "content": f"{fill(said['render'], 'render')}\n\n{said['render_example']}",
             },
             {"role": "assistant", "content": example},
             {"role": "user", "content": text},
         ],
-        schema=TRANSLATION_SCHEMA,
-        max_tokens=TRANSLATION_TOKENS,
+        schema=RENDERING_SCHEMA,
+        max_tokens=RENDERING_TOKENS,
     )
 
 
@@ -98,10 +98,8 @@ class _RenderingFile:
     def __init__(self, folder: Path, model: str, lang: Lang, shipped: Path | None) -> None:
         # The prompt a rendering is made from, all but its sentence; hashed in a list of one,
         # as when Chinese was the only language rendered into, so its files keep their names.
-        prompt = translation_prompt("", lang).messages
-        fingerprint = hashlib.sha256(
-            json.dumps([[prompt], TRANSLATION_SCHEMA]).encode()
-        ).hexdigest()
+        prompt = rendering_prompt("", lang).messages
+        fingerprint = hashlib.sha256(json.dumps([[prompt], RENDERING_SCHEMA]).encode()).hexdigest()
         name = f"{re.sub(r'[^A-Za-z0-9.-]+', '_', model)}-{fingerprint[:10]}.jsonl"
         self.lang = lang
         self.path = folder / name
@@ -157,7 +155,7 @@ def _not_shown_because(rendered: str, quote: str, lang: Lang) -> str | None:
     """Why a rendering of `quote` is not shown (None: it is)."""
     if not rendered:
         return "no rendering"
-    # The 1.5B model sometimes copies a sentence, or a component line, as it is.
+    # A small model sometimes copies a sentence, or a component line, as it is.
     if detect_lang(rendered) != lang:
         return "not in the question's language"
     if not faithful(rendered, quote):
@@ -165,7 +163,7 @@ def _not_shown_because(rendered: str, quote: str, lang: Lang) -> str | None:
     return None
 
 
-class Translator:
+class Renderer:
     """Renders rulebook sentences with the LLM, each once: kept in `store` (on disk, for
     every process) when one is given, else for this process."""
 
@@ -188,8 +186,8 @@ class Translator:
 
     def make(self, text: str, lang: Lang) -> str:
         """A new rendering of `text`, kept (one not yet made: see `known`)."""
-        prompt = translation_prompt(text, lang)
-        rendered, _ = reply_text(self.generator.complete(prompt), TRANSLATION_FIELD)
+        prompt = rendering_prompt(text, lang)
+        rendered, _ = reply_text(self.generator.complete(prompt), RENDERING_FIELD)
         if self.store is not None:
             self.store.put(text, lang, rendered)
         else:
@@ -197,7 +195,7 @@ class Translator:
                 self._made[(lang, text)] = rendered
         return rendered
 
-    def translate(self, quotes: Sequence[Quote], lang: Lang) -> tuple[list[Quote], Check]:
+    def render_quotes(self, quotes: Sequence[Quote], lang: Lang) -> tuple[list[Quote], Check]:
         """The quotes with the renderings that can be shown: in the asker's language and
         faithful to them."""
         shown: list[Quote] = []
@@ -206,10 +204,10 @@ class Translator:
             rendered = self.render(quote.text, lang)
             why = _not_shown_because(rendered, quote.text, lang)
             if why is None:
-                shown.append(replace(quote, translation=rendered))
+                shown.append(replace(quote, rendering=rendered))
             else:
-                shown.append(replace(quote, translation_withheld=True))
+                shown.append(replace(quote, rendering_withheld=True))
                 dropped.setdefault(why, []).append(str(quote.n))
         detail = "; ".join(f"{why}: quote(s) {', '.join(ns)}" for why, ns in dropped.items())
         detail += " (those renderings are not shown)" if dropped else ""
-        return shown, Check("translation", not dropped, detail)
+        return shown, Check("rendering", not dropped, detail)
