@@ -155,6 +155,11 @@ elif apt_install chromium chromium-driver; then
 else
   warn "could not install chromium with apt-get; the browser tests will be skipped."
 fi
+# A Chinese font, so that the Chinese views are drawn as a player sees them rather than as
+# empty boxes (the screenshots the browser tests leave are looked at).
+if command -v fc-list >/dev/null 2>&1 && [[ -z "$(fc-list :lang=zh 2>/dev/null)" ]]; then
+  apt_install fonts-wqy-microhei || warn "could not install a Chinese font with apt-get."
+fi
 done_section
 
 # ---------------------------------------------------------------------------------------
