@@ -5,9 +5,9 @@ A call is a blocking iterator (the pipeline's event stream). It runs whole on on
 lane's threads, so llama.cpp never sees two generations at once and a slow stream cannot
 interleave with another. Its items cross to the event loop through a `Job`. Cancelling a job
 (client gone, timeout) stops the iterator at its next item and closes it; a model call inside
-it stops sooner, at its next token (`Stoppable`), so the model is free at once however long
-the answer had still to go. A job cancelled while it waits leaves the line at once, so its
-place goes to the next caller.
+it stops sooner, at its next token or while it reads its prompt (`Stoppable`), so the model
+is free at once however long the answer had still to go. A job cancelled while it waits
+leaves the line at once, so its place goes to the next caller.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from api.errors import ApiError, retry_later
-from rag.generation import Generator
+from rag.generation import Generator, Stopped
 from rag.prompting import Prompt
 
 T = TypeVar("T")
@@ -121,16 +121,18 @@ def _stopping() -> bool:
 
 
 class Stoppable(Generator):
-    """A generator whose replies end at their next piece once the job they are written for
-    is cancelled, raising JobCancelled: a conclusion, a rendering or a re-ask holds the
-    model for seconds between two of the pipeline's events, and a request that timed out or
-    whose client left must free it at once, not when its answer would have ended. Outside a
-    lane's job (warm-up, the command line) it changes nothing."""
+    """A generator whose replies end at their next piece (or, for a model that can, while
+    it reads the prompt) once the job they are written for is cancelled, raising
+    JobCancelled: a conclusion, a rendering or a re-ask holds the model for seconds between
+    two of the pipeline's events, and a request that timed out or whose client left must free
+    it at once, not when its answer would have ended. Outside a lane's job (warm-up, the
+    command line) it changes nothing."""
 
     def __init__(self, inner: Generator) -> None:
         self.inner = inner
         self.name = inner.name
         self.writes = inner.writes
+        inner.stop_when(_stopping)
 
     def stream(self, prompt: Prompt) -> Iterator[str]:
         if _stopping():  # before the prompt is read, which alone can take seconds
@@ -141,6 +143,8 @@ class Stoppable(Generator):
                 if _stopping():
                     raise JobCancelled
                 yield piece
+        except Stopped:  # the model itself stopped, reading the prompt
+            raise JobCancelled from None
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:

@@ -15,7 +15,8 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +32,21 @@ _LIST_NUMBER = re.compile(r"^\s*(?:\d+[.)、]|[-*•])\s*")
 MAX_MARKER_RUN = 8
 _MARKER_RUN = re.compile(rf"(?:\[\d+\]\s*){{{MAX_MARKER_RUN}}}")
 _RECENT_CHARS = 200  # enough text to hold such a run split over many tokens
+# llama.cpp reads a prompt this many tokens at a time, and a reply given up on stops between
+# two such slices (nothing interrupts one): a long prompt otherwise holds the model for
+# seconds before the first token. Smaller slices read more slowly on a CPU.
+PROMPT_SLICE_TOKENS = 128
 
 if TYPE_CHECKING:
     from rag.settings import Settings
+
+
+class Stopped(Exception):
+    """A reply ended early: whoever waited for it gave it up (see `Generator.stop_when`)."""
+
+
+def _never() -> bool:
+    return False
 
 
 class Generator(ABC):
@@ -50,6 +63,12 @@ class Generator(ABC):
     def warm_up(self) -> None:
         """Load the model and read the fixed prompt prefix, so that the first question does
         not wait for either; a backend without a model has nothing to do."""
+        return
+
+    def stop_when(self, stopping: Callable[[], bool]) -> None:
+        """End a reply early, raising Stopped, once `stopping()` holds, also where no piece
+        comes for a while (a long prompt being read). A backend whose pieces come steadily
+        needs nothing here: its caller can stop it between them."""
         return
 
 
@@ -80,11 +99,15 @@ class LlamaCppGenerator(Generator):
 
         # llama.cpp contexts are not thread-safe: one generation at a time per model.
         self.lock = threading.Lock()
+        self._stopping: Callable[[], bool] = _never
+
+    def stop_when(self, stopping: Callable[[], bool]) -> None:
+        self._stopping = stopping
 
     def load(self) -> Any:
         if self._llm is None:
             try:
-                from llama_cpp import Llama
+                llama = _llama_reading_in_slices()
             except ImportError as exc:
                 raise ModelError(
                     "llama-cpp-python is not installed: run scripts/setup.sh "
@@ -101,7 +124,7 @@ class LlamaCppGenerator(Generator):
                 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
                 draft = LlamaPromptLookupDecoding(num_pred_tokens=self._prompt_lookup)
-            self._llm = Llama(
+            self._llm = llama(
                 model_path=str(self.model_path),
                 n_ctx=self._n_ctx,
                 n_threads=self._threads,
@@ -109,6 +132,7 @@ class LlamaCppGenerator(Generator):
                 draft_model=draft,
                 verbose=False,
             )
+            self._llm.stopping = lambda: self._stopping()
         return self._llm
 
     def warm_up(self) -> None:
@@ -138,6 +162,25 @@ class LlamaCppGenerator(Generator):
                 text = delta.get("content")
                 if text:
                     yield text
+
+
+@cache
+def _llama_reading_in_slices() -> type[Any]:
+    """llama_cpp.Llama reading every prompt (and each token it writes) PROMPT_SLICE_TOKENS at
+    a time, raising Stopped before a slice once its `stopping()` holds. Made on first use:
+    llama_cpp loads only with a model."""
+    from llama_cpp import Llama
+
+    class SlicedLlama(Llama):
+        stopping: Callable[[], bool] = staticmethod(_never)
+
+        def eval(self, tokens: Sequence[int]) -> None:
+            for start in range(0, len(tokens), PROMPT_SLICE_TOKENS):
+                if self.stopping():
+                    raise Stopped
+                super().eval(tokens[start : start + PROMPT_SLICE_TOKENS])
+
+    return SlicedLlama
 
 
 def stop_repeating(pieces: Iterator[str], max_repeats: int = MAX_REPEATS) -> Iterator[str]:

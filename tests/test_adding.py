@@ -168,6 +168,7 @@ def test_a_killed_add_is_left_out_said_so_and_finished_or_removed(
 
     removed = ok(rules(env, "remove", "big"))
     assert "Removed Big (big)." in removed.stdout
+    assert "Index built" not in removed.stderr  # it was never in the index: nothing rebuilt
     assert not (tmp_path / "home" / "books" / "big").exists()
     assert INTERRUPTED not in ok(rules(env, "games")).stderr
 

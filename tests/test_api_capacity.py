@@ -1,6 +1,7 @@
 """Capacity that degrades gracefully: the rule text never waits for the model, a waiting
 conclusion is told its place, a client that leaves or a conclusion that runs too long frees
-the model at once, and when the model cannot be had in time the rule text alone answers."""
+the model at once, and when the model cannot be had in time the rule text alone answers;
+only a full line for the rule text itself is refused, with when to retry."""
 
 from __future__ import annotations
 
@@ -8,18 +9,24 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from conftest import DEFAULT_SELECTION, first_rule
+from conftest import DEFAULT_SELECTION, REAL_MODELS_DIR, FakeEmbedder, first_rule
 from test_api import SUROS_Q, sse
 
-from rag.generation import Generator
+from rag.generation import (
+    PROMPT_SLICE_TOKENS,
+    ExtractiveGenerator,
+    Generator,
+    LlamaCppGenerator,
+    Stopped,
+)
 from rag.pipeline import Pipeline
-from rag.prompting import Prompt, phrases
+from rag.prompting import Prompt, phrases, system_message
 
 if TYPE_CHECKING:
     from conftest import SlowGenerator
@@ -215,12 +222,14 @@ def test_a_timed_out_conclusion_frees_the_model_at_its_next_token(
     url = serve_api(quiet(pipeline, slow), timeout_s=0.5)
     with httpx.Client(base_url=url, timeout=30) as client:
         timed_out = client.post("/v1/ask", json=BODY)
+        at_answer = slow.produced
         assert timed_out.status_code == 200
         answer = timed_out.json()
         assert answer["rule_text_only"] is True and answer["answer"].startswith(SLOW)
         load = answer["checks"][-1]
         assert load["name"] == "load" and "time limit" in load["detail"]
-        assert slow.finished.wait(5) and slow.produced < slow.pieces  # stopped mid-reply
+        assert slow.finished.wait(5)
+        assert slow.produced - at_answer <= 2  # stopped at its next token, not at its end
         slow.pieces = 2
         after = client.post("/v1/ask", json=BODY).json()
     assert after["rule_text_only"] is False
@@ -230,12 +239,85 @@ def test_a_timed_out_conclusion_frees_the_model_at_its_next_token(
 def test_a_client_that_leaves_mid_conclusion_frees_the_model(
     serve_api: Any, pipeline: Pipeline, slow: SlowGenerator
 ) -> None:
-    slow.pieces, slow.delay = 200, 0.05
+    slow.pieces, slow.delay = 200, 0.05  # ten seconds, if nothing stopped it
     url = serve_api(quiet(pipeline, slow))
     with pytest.raises(httpx.ReadTimeout):  # the client gives up mid-conclusion
         httpx.post(f"{url}/v1/ask", json=BODY, timeout=httpx.Timeout(5.0, read=1.0))
+    gave_up = slow.produced
     assert slow.started.is_set()
-    assert slow.finished.wait(5) and slow.produced < slow.pieces
+    # Stopped as soon as the server saw the client go, not at the end of its conclusion.
+    assert slow.finished.wait(5) and slow.produced - gave_up <= 5
+    slow.pieces = 2
+    after = httpx.post(f"{url}/v1/ask", json=BODY, timeout=30).json()
+    assert after["rule_text_only"] is False
+    assert after["timings"]["queue_s"] < 1  # the line was freed for it
+
+
+class ReadingGenerator(Generator):
+    """Reads a conclusion's prompt for `seconds` before its first piece, as a model given a
+    long prompt does, looking at the check `stop_when` gave it as it reads."""
+
+    name = "reading"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.stopping: Callable[[], bool] = lambda: False
+        self.stopped = threading.Event()
+
+    def stop_when(self, stopping: Callable[[], bool]) -> None:
+        self.stopping = stopping
+
+    def stream(self, prompt: Prompt) -> Iterator[str]:
+        if prompt.task == "select":
+            yield DEFAULT_SELECTION
+            return
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            if self.stopping():
+                self.stopped.set()
+                raise Stopped
+            time.sleep(0.02)
+        yield first_rule(prompt)
+
+
+def test_a_conclusion_timed_out_while_its_prompt_is_read_frees_the_model(
+    serve_api: Any, pipeline: Pipeline
+) -> None:
+    reading = ReadingGenerator(seconds=0)
+    reader = quiet(pipeline, reading)
+    reader.ask(SUROS_Q)  # what a first answer loads, loaded: the time limit is the model's
+    reading.seconds = 10  # no token for ten seconds
+    url = serve_api(reader, timeout_s=0.5)
+    with httpx.Client(base_url=url, timeout=30) as client:
+        answer = client.post("/v1/ask", json=BODY).json()
+        assert answer["rule_text_only"] is True and answer["answer"].startswith(SLOW)
+        assert reading.stopped.wait(2), "the model kept reading the prompt"
+        reading.seconds = 0
+        after = client.post("/v1/ask", json=BODY).json()
+    assert after["rule_text_only"] is False
+    assert after["timings"]["queue_s"] < 1
+
+
+@pytest.mark.real_models
+def test_a_real_model_stops_between_slices_of_its_prompt() -> None:
+    generator = LlamaCppGenerator("smollm2-135m", REAL_MODELS_DIR / "smollm2-135m.gguf")
+    looked = 0
+
+    def stopping() -> bool:  # given up once two slices of the prompt are read
+        nonlocal looked
+        looked += 1
+        return looked > 2
+
+    rules = " ".join(f"Rule {n}: draw two cards, then discard one." for n in range(60))
+    long = Prompt("conclude", "?", [system_message(), {"role": "user", "content": rules}])
+    generator.stop_when(stopping)
+    with pytest.raises(Stopped):
+        list(generator.stream(long))
+    assert generator.load().n_tokens == 2 * PROMPT_SLICE_TOKENS  # the rest was never read
+    generator.stop_when(lambda: False)
+    hello = [system_message(), {"role": "user", "content": "Hello."}]
+    short = Prompt("conclude", "?", hello, max_tokens=4)
+    assert "".join(generator.stream(short)).strip()  # the model still answers after a stop
 
 
 def chat_pieces(lines: Iterator[str]) -> Iterator[str]:
@@ -277,3 +359,48 @@ def test_a_chat_stream_with_the_line_full_has_the_rule_text_and_when_to_retry(
     rule, rest = chat_pieces(iter(full.text.splitlines()))
     assert rule.startswith("Deciding rule: [1]")
     assert rest.startswith(f"\n\n{BUSY}\n\n") and "Conclusion" not in rest
+
+
+class HeldSearch(FakeEmbedder):
+    """Once `holding` is set, each question's search waits until the test releases it:
+    the questions hold the rule text's line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.held = 0
+
+    def embed_query(self, text: str) -> Any:
+        if self.holding.is_set():
+            self.held += 1
+            assert self.release.wait(30), "the test never released the search"
+        return super().embed_query(text)
+
+
+@pytest.mark.parametrize("path", ["/v1/ask", "/v1/ask/stream"])
+def test_a_full_rule_text_line_is_refused_busy_with_when_to_retry(
+    serve_api: Any, pipeline: Pipeline, path: str
+) -> None:
+    search = HeldSearch()
+    held = Pipeline(pipeline.settings, embedder=search, generator=ExtractiveGenerator())
+    url = serve_api(held, rule_text_queue_size=0)  # its threads alone, no place in line
+    search.holding.set()
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            first = [
+                pool.submit(httpx.post, f"{url}/v1/ask", json={"question": f"{SUROS_Q} {n}"})
+                for n in (1, 2)
+            ]
+            deadline = time.monotonic() + 10
+            while search.held < 2:  # both of the line's threads are searching
+                assert time.monotonic() < deadline, "the searches never started"
+                time.sleep(0.01)
+            refused = httpx.post(f"{url}{path}", json=BODY, timeout=10)
+        finally:
+            search.release.set()
+        assert [f.result().status_code for f in first] == [200, 200]
+    assert refused.status_code == 503
+    error = refused.json()["error"]
+    assert error["type"] == "busy" and int(refused.headers["retry-after"]) >= 1
+    assert error["retry_after_s"] == int(refused.headers["retry-after"])
