@@ -179,6 +179,12 @@ class QuoteOut(BaseModel):
         description="The sentence judged to settle the question: shown first, under a "
         "heading of its own. At most one quote is.",
     )
+    word_by_word: str | None = Field(
+        None,
+        description="With `translation_withheld`: the sentence's game terms and rule words as "
+        "the rulebook's glossary renders them, in its order, `…` for the rest. No model wrote "
+        "it, and it is no translation.",
+    )
 
 
 class CheckOut(BaseModel):
@@ -269,6 +275,7 @@ class AskResponse(BaseModel):
                             "translation": None,
                             "translation_withheld": False,
                             "deciding": True,
+                            "word_by_word": None,
                         }
                     ],
                     "checks": [

@@ -33,9 +33,10 @@ _STAGE_LABELS = {
     "embed": "Embedding new passages",
     "sentences": "Embedding new sentences",
     "render": "Rendering sentences",
+    "glossary": "Rendering the glossary's terms",
 }
 # The stages that can take minutes: shown line by line when stderr is not a terminal.
-_SLOW_STAGES = {"embed", "sentences", "render"}
+_SLOW_STAGES = {"embed", "sentences", "render", "glossary"}
 
 
 class Ui:

@@ -180,6 +180,15 @@ def chinese_words(text: str) -> list[str]:
     return [word for word in _jieba().lcut(text) if word.strip()]
 
 
+def tagged_chinese_words(text: str) -> list[tuple[str, str]]:
+    """The text as jieba segments it, each word with its part-of-speech tag ("n" a noun,
+    "vn" a verbal noun, "v" a verb …); punctuation and spaces left out."""
+    _jieba()
+    import jieba.posseg
+
+    return [(pair.word, pair.flag) for pair in jieba.posseg.cut(text) if pair.word.strip()]
+
+
 def tokenize(text: str) -> list[str]:
     """Lowercase word tokens for BM25: latin words, numbers and jieba's Chinese words."""
     return [word for word in _words(text) if word not in STOPWORDS]

@@ -37,6 +37,13 @@ from rag.reading.corpus import (
     write_manifest,
 )
 from rag.reading.files import SUPPORTED_SUFFIXES, load_document, markdown_folder
+from rag.reading.glossary import (
+    Glossary,
+    draw_up,
+    glossary_stamp,
+    read_glossary,
+    write_glossary,
+)
 from rag.reading.report import ingest_report, page_count
 from rag.searching.embedding import Embedder
 from rag.searching.index import DEFAULT_SECONDS_PER_TEXT, ChunkIndex, IndexStore
@@ -106,6 +113,7 @@ class Pipeline:
         self._answerer: Answerer | None = None
         self._quoter: Answerer | None = None
         self._wrap: Callable[[Generator], Generator] | None = None
+        self._glossaries: dict[str, tuple[int | None, Glossary]] = {}  # with its file's stamp
         self._lock = threading.RLock()
 
     # --- components, built on first use -------------------------------------------------
@@ -156,12 +164,8 @@ class Pipeline:
             if generator.writes
             else None
         )
-        glosser = Glosser(
-            self.embedder,
-            lambda slug: self.ensure_index().index.chunks_of(slug),
-            gen.min_gloss_score,
-        )
-        return Answerer(candidates, generator, gen, renderings, glosser)
+        glosser = Glosser(self.embedder, gen.min_gloss_score)
+        return Answerer(candidates, generator, gen, renderings, glosser, glossary_of=self.glossary)
 
     @property
     def generator(self) -> Generator:
@@ -286,39 +290,106 @@ class Pipeline:
             self.corpus.slugs,
         )
 
+    def glossary(self, game: str) -> Glossary | None:
+        """A game's glossary: kept with a book added here (drawn up, and kept, if it was
+        added before glossaries were), drawn up from the headings of a built-in one, whose
+        terms have no fixed renderings."""
+        with self._lock:
+            info = self.corpus.get(game)
+            if info is None:
+                return None
+            # another process (`rules render`) may render its terms while this one runs
+            stamp = None if info.builtin else glossary_stamp(info.path.parent)
+            cached = self._glossaries.get(info.slug)
+            if cached is None or cached[0] != stamp:
+                kept = None if info.builtin else read_glossary(info.path.parent)
+                if kept is None:
+                    kept = draw_up(self._contents().chunks_of(info.slug), info.language)
+                    if not info.builtin:
+                        write_glossary(info.path.parent, kept)
+                        stamp = glossary_stamp(info.path.parent)
+                cached = self._glossaries[info.slug] = (stamp, kept)
+            return cached[1]
+
+    def render_glossary(self, game: str, progress: Progress | None = None) -> Glossary:
+        """Have the model render each term of an added book's glossary that neither the book
+        nor an earlier run rendered, once (a term it renders unfit to keep is not asked
+        again: a player may write one into the file), and keep them with the book."""
+        info = self.corpus.resolve(game)
+        glossary = self.glossary(info.slug)
+        if glossary is None or info.builtin or not self.generator.writes:
+            return glossary or Glossary(info.language)
+        renderer = self.answerer.renderer
+        todo = glossary.unasked()
+        made: dict[str, str | None] = {}
+        for done, term in enumerate(todo, start=1):
+            made[term.original] = renderer.render_term(term, glossary.into)
+            if progress:
+                progress("glossary", done, len(todo))
+        glossary = glossary.with_renderings(made)
+        with self._lock:
+            write_glossary(info.path.parent, glossary)
+            self._glossaries[info.slug] = (glossary_stamp(info.path.parent), glossary)
+        return glossary
+
     def render_ahead(
         self, lang: Lang, game: str | None = None, progress: Progress | None = None
     ) -> tuple[int, int]:
         """Render every sentence of the rulebooks in another language than `lang` (or of
         `game`'s) into `lang` and keep them on disk, so that questions in `lang` wait for no
-        rendering: (sentences rendered now, sentences already kept)."""
+        rendering: (sentences rendered now, sentences already kept). An added book's
+        glossary terms are rendered first, so that its sentences keep them; a sentence
+        whose rendering fails the checks is asked for again word for word, as an answer
+        would."""
         if not self.generator.writes:
             raise InputError(
                 f"Rendering needs an LLM; the {self.generator.name} backend has none "
                 "(generation.backend)."
             )
-        index = self.ensure_index().index
-        games = [self.corpus.resolve(game)] if game else self.corpus.games
-        texts = list(
-            dict.fromkeys(
-                text
-                for info in games
-                if index.language(info.slug) != lang
-                for chunk in index.chunks_of(info.slug)
-                for text in index.sentence_vectors().of(chunk.id)[0]
-            )
-        )
-        renderer = self.answerer.renderer
+        texts = self._to_render(lang, game, progress)
         kept = made = 0
-        for done, text in enumerate(texts, start=1):
-            if renderer.known(text, lang) is None:
-                renderer.make(text, lang)
+        for done, (text, glossary) in enumerate(texts.items(), start=1):
+            if self._render_checked(text, lang, glossary):
                 made += 1
             else:
                 kept += 1
             if progress:
                 progress("render", done, len(texts))
         return made, kept
+
+    def time_rendering(self, lang: Lang, game: str, sample: int) -> tuple[int, float | None]:
+        """How many sentences of `game`'s rulebook there are to render into `lang`, and the
+        seconds one takes, timed on up to `sample` of them spread through the book that are
+        not rendered yet (kept like any other; None: all were)."""
+        texts = list(self._to_render(lang, game).items())
+        todo = [(t, g) for t, g in texts if self.answerer.renderer.known(t, lang) is None]
+        spread = todo[:: max(1, len(todo) // sample)][:sample]
+        started = time.perf_counter()
+        timed = sum(bool(self._render_checked(text, lang, g)) for text, g in spread)
+        return len(texts), (time.perf_counter() - started) / timed if timed else None
+
+    def _to_render(
+        self, lang: Lang, game: str | None, progress: Progress | None = None
+    ) -> dict[str, Glossary]:
+        """Each sentence of the rulebooks (or `game`'s) in another language than `lang`, once,
+        with its book's glossary, whose terms are rendered first."""
+        index = self.ensure_index().index
+        games = [self.corpus.resolve(game)] if game else self.corpus.games
+        texts: dict[str, Glossary] = {}
+        for info in games:
+            if index.language(info.slug) != lang:
+                glossary = self.render_glossary(info.slug, progress)
+                for chunk in index.chunks_of(info.slug):
+                    for text in index.sentence_vectors().of(chunk.id)[0]:
+                        texts.setdefault(text, glossary)
+        return texts
+
+    def _render_checked(self, text: str, lang: Lang, glossary: Glossary) -> int:
+        """Render a sentence as an answer would (asked again word for word when the first
+        rendering fails its checks), keeping the terms of its glossary: the model calls it
+        took (0: it was rendered before)."""
+        terms = glossary.used_in([text]) if glossary.into == lang else []
+        return self.answerer.renderer.checked(text, lang, terms).made
 
     # --- asking --------------------------------------------------------------------------
 
@@ -465,6 +536,7 @@ class Pipeline:
             self._reload()
             raise
         report = ingest_report(plan.document, index.chunks_of(info.slug), page_count(info.path))
+        self.glossary(info.slug)  # drawn up and kept with the book; rendered by render_glossary
         return AddedBook(info, report)
 
     def finish_adding(
@@ -514,6 +586,7 @@ class Pipeline:
         with self._lock:
             self._corpus = None
             self._retriever = None
+            self._glossaries.clear()
 
 
 def _names(title: str, aliases: Sequence[str]) -> tuple[str, tuple[str, ...]]:

@@ -157,6 +157,9 @@ class Quote:
     rendering: str | None = None  # the asker's language, when it is not the rulebook's
     rendering_withheld: bool = False  # one was made, but failed the checks
     deciding: bool = False  # the sentence judged to settle the question, shown first
+    # With no rendering shown: the sentence's terms and rule words as the book's glossary
+    # renders them, in its order (no model wrote it, and it is no translation).
+    word_by_word: str | None = None
 
     @property
     def label(self) -> str:

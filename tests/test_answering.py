@@ -863,7 +863,9 @@ def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
     assert answer is not None and len(answer.quotes) > 1
     tasks = [p.task for p in generator.prompts]
     most = min(3, len(answer.quotes))
-    assert tasks == ["render"] * most + ["conclude"]  # the model selected nothing
+    # the model selected nothing; each rendering ("See the rule.", unscripted) is no Chinese,
+    # so it is asked for once more, word for word
+    assert tasks == ["render"] * (2 * most) + ["conclude"]
     rendered = {p.question for p in generator.prompts[:-1]}
     assert len(rendered) == most and rendered <= {q.text for q in answer.quotes}
     assert ("selection", True) in [(c.name, c.passed) for c in answer.checks]
@@ -872,15 +874,16 @@ def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
 def test_an_english_question_on_a_chinese_book_gets_english_renderings() -> None:
     from rag.answering.rendering import Renderer
 
-    generator = ScriptedGenerator(
-        conclusions=["You can move two kittens in one turn.", "If you roll a 6, roll again."]
-    )
+    lost = "You can move two kittens in one turn."
+    generator = ScriptedGenerator(conclusions=[lost, lost, "If you roll a 6, roll again."])
     quotes, check = Renderer(generator).render_quotes(
         [quote("你不能在同一回合内移动两只小猫。"), quote("如果你掷出6，你可以再掷一次。", n=2)],
         "en",
     )
     assert "Translate this Chinese" in generator.prompts[0].messages[1]["content"]
-    # the first rendering lost the rule's "not": withheld, as in Chinese
+    # the first rendering lost the rule's "not", and so did the one asked for again word for
+    # word: withheld, as in Chinese
+    assert "word for word" in generator.prompts[1].messages[1]["content"]
     assert [q.rendering for q in quotes] == [None, "If you roll a 6, roll again."]
     assert [q.rendering_withheld for q in quotes] == [True, False] and not check.passed
 
@@ -898,7 +901,8 @@ def test_an_english_conclusion_on_a_chinese_book_is_checked_against_the_renderin
 def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
     from rag.answering.rendering import Renderer
 
-    generator = ScriptedGenerator(conclusions=["你的手牌上限是十二张。", "抽两张牌。"])
+    twelve = "你的手牌上限是十二张。"
+    generator = ScriptedGenerator(conclusions=[twelve, twelve, "抽两张牌。"])
     quotes, _ = Renderer(generator).render_quotes(
         [quote("Your hand limit is ten cards."), quote("Draw two cards.", n=2)], "zh"
     )
@@ -913,7 +917,8 @@ def test_a_rendering_that_failed_the_checks_is_said_to_be_withheld() -> None:
 def test_an_unfaithful_rendering_is_not_shown() -> None:
     from rag.answering.rendering import Renderer
 
-    generator = ScriptedGenerator(conclusions=["你的手牌上限是十二张。", "手牌上限是十张。"])
+    twelve, ten = "你的手牌上限是十二张。", "手牌上限是十张。"
+    generator = ScriptedGenerator(conclusions=[twelve, twelve, ten, ten])
     quotes, check = Renderer(generator).render_quotes(
         [quote("Your hand limit is ten cards."), quote("Draw two cards.", n=2)], "zh"
     )
@@ -922,14 +927,15 @@ def test_an_unfaithful_rendering_is_not_shown() -> None:
 
     # A reply that copies the rule in English is no rendering for a Chinese question.
     copied = "Sherlock's team wins the game if they defuse the bomb."
-    renderer = Renderer(ScriptedGenerator(conclusions=[copied]))
+    renderer = Renderer(ScriptedGenerator(conclusions=[copied, copied]))
     shown, check = renderer.render_quotes([quote(copied)], "zh")
     assert shown[0].rendering is None and not check.passed
     assert check.detail.startswith("not in the question's language: quote(s) 1")
 
     def rendering_shown(sentence: str, reply: str) -> str | None:
-        """The rendering shown beside `sentence` when the model renders it as `reply`."""
-        renderer = Renderer(ScriptedGenerator(conclusions=[reply]))
+        """The rendering shown beside `sentence` when the model renders it as `reply`, the
+        first time and when asked again word for word."""
+        renderer = Renderer(ScriptedGenerator(conclusions=[reply, reply]))
         return renderer.render_quotes([quote(sentence)], "zh")[0][0].rendering
 
     condition = "If you ever have 10 cards and draw a card, you draw and then discard a card."

@@ -43,6 +43,7 @@ QUOTE_KEYS = {
     "translation",
     "translation_withheld",
     "deciding",
+    "word_by_word",
 }
 SELECT = '{"ids": [1]}'
 

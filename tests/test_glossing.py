@@ -1,12 +1,14 @@
-"""Glosses: a Chinese conclusion names the rulebook's English term in brackets."""
+"""Glosses: a rendering or conclusion in the other language names the rulebook's own term in
+brackets; the glossary's terms are the book's, drawn up from its headings."""
 
 from __future__ import annotations
 
 import numpy as np
 from conftest import FakeEmbedder, ScriptedGenerator
 
-from rag.answering.glossing import Glosser, chinese_phrases, game_terms, terms_used
+from rag.answering.glossing import Glosser, chinese_phrases
 from rag.pipeline import Pipeline
+from rag.reading.glossary import Glossary, Term, draw_up
 from rag.settings import Settings
 from rag.types import Check, Chunk
 
@@ -42,8 +44,11 @@ def chunk(*section: str, text: str = "Some rule.") -> Chunk:
     )
 
 
+# Each heading's text uses its name, as a book's sentences do: a heading no sentence uses is
+# no term of its rules.
+NAMES = "Player Actions, Stealth test, Glossary, Attached, Wire Cutter Token, the map, a round"
 BOOK = [
-    chunk("Game", "3. Player Actions", "Stealth test"),
+    chunk("Game", "3. Player Actions", "Stealth test", text=f"{NAMES}."),
     chunk("Game", "Glossary", "Attached"),
     chunk("Game", "Encountering monster tokens"),
     chunk("Game", "Overview of a round"),
@@ -51,36 +56,48 @@ BOOK = [
     chunk("Game", "Mission 3"),
     chunk("Game", "STEALTH TEST"),
     chunk("Game", "THE MAP"),
+    chunk("Game", "Credits"),
 ]
+GLOSSARY = draw_up(BOOK, "en")
 RULE = "If you have no monster cards attached, you may attempt a stealth test."
 
 
 def glosser(aliases: Alikes, min_score: float = 0.6) -> Glosser:
-    return Glosser(AliasEmbedder(aliases), lambda game: BOOK, min_score)
+    return Glosser(AliasEmbedder(aliases), min_score)
 
 
 def glossed(glosser: Glosser, text: str, sources: list[str]) -> tuple[str, Check]:
-    texts, check = glosser.gloss([text], [sources], "g")
+    texts, check = glosser.gloss([text], [sources], GLOSSARY)
     return texts[0], check
 
 
 def test_a_rulebooks_terms_are_its_headings_that_read_as_names() -> None:
-    assert game_terms(BOOK) == [
+    assert [t.original for t in GLOSSARY.terms] == [
         "Player Actions",
         "Stealth test",  # once, whatever its case
         "Glossary",
         "Attached",
         "Wire Cutter Token",  # what the parenthesis adds is not the name
         "MAP",
-    ]  # not the title, a procedure ("Encountering …"), a phrase or a numbered heading
+    ]  # not the title, a procedure ("Encountering …"), a phrase, a numbered heading, or
+    # a heading no sentence uses ("Credits")
+    assert all(t.rendering is None and t.seen_in == f"{NAMES}." for t in GLOSSARY.terms)
 
 
 def test_terms_are_found_in_the_quotes_as_words_in_any_case_or_number() -> None:
-    terms = ["Test", "Stealth test", "Attached", "Rest", "Monster token"]
-    used = terms_used(terms, ["Remove all Monster tokens.", "Restore one HP.", RULE])
+    names = ["Test", "Stealth test", "Attached", "Rest", "Monster token"]
+    book = Glossary("en", tuple(Term(name) for name in names))
+
+    def used(*sources: str) -> list[str]:
+        return sorted(t.original for t in book.used_in(sources))
+
     # not "Rest" in "Restore", nor "Test" in "stealth test" only
-    assert sorted(used) == ["Attached", "Monster token", "Stealth test"]
-    assert "Test" in terms_used(terms, [RULE, "Test: roll a die."])
+    assert used("Remove all Monster tokens.", "Restore one HP.", RULE) == [
+        "Attached",
+        "Monster token",
+        "Stealth test",
+    ]
+    assert "Test" in used(RULE, "Test: roll a die.")
 
 
 def test_phrases_are_chinese_words_alone_or_together() -> None:
@@ -114,7 +131,7 @@ def test_several_texts_are_glossed_each_by_its_own_sources() -> None:
     texts, check = glosser(aliases).gloss(
         ["附着后不能进行潜行判定。", "附着后不能进行潜行判定。"],
         [["Monster cards attached to you."], ["You may attempt a stealth test."]],
-        "g",
+        GLOSSARY,
     )
     assert texts == [
         "附着（Attached）后不能进行潜行判定。",
@@ -175,7 +192,7 @@ def glossing(settings: Settings, generator: ScriptedGenerator, **generation: boo
     )
 
 
-def test_a_chinese_conclusion_is_glossed_first_and_the_model_reads_no_gloss(
+def test_a_term_is_glossed_where_it_is_first_read_and_the_model_reads_no_gloss(
     settings: Settings,
 ) -> None:
     generator = ScriptedGenerator(
@@ -191,12 +208,13 @@ def test_a_chinese_conclusion_is_glossed_first_and_the_model_reads_no_gloss(
     selected = generator.prompts[1].question
     assert selected == "Draw a card from your Survivor deck and add it to your hand."
     assert "(幸存者牌堆：抽一张牌加入手牌)" in generator.prompts[-1].messages[-1]["content"]
-    assert answer.conclusion == "幸存者（Survivor）牌堆：抽一张牌。"
-    assert "结论: 幸存者（Survivor）牌堆" in answer.answer
-    # named in the conclusion, so not glossed again in the rendering below it
-    assert [q.rendering for q in answer.quotes if q.text == selected] == [
-        "幸存者牌堆：抽一张牌加入手牌"
-    ]
+    # the deciding sentence's rendering is read first, above the conclusion: glossed there,
+    # and not again in the conclusion below it
+    deciding = next(q for q in answer.quotes if q.deciding)
+    assert deciding.text == selected
+    assert deciding.rendering == "幸存者（Survivor）牌堆：抽一张牌加入手牌"
+    assert answer.conclusion == "幸存者牌堆：抽一张牌。"
+    assert answer.answer.index("幸存者（Survivor）") < answer.answer.index("结论: 幸存者牌堆")
     glosses = [c for c in answer.checks if c.name == "glosses"]
     assert [c.detail for c in glosses] == ["幸存者 = Survivor (1.00)"]
 

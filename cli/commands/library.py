@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -18,10 +19,11 @@ from cli.ui import Ui
 from cli.viewing import page_image
 from rag.contents import Section, find_sections, table_of_contents
 from rag.errors import IngestError, InputError
-from rag.types import Lang
+from rag.reading.glossary import GLOSSARY_FILE, other_lang
+from rag.types import GameInfo, Lang
 
 if TYPE_CHECKING:  # the pipeline pulls in numpy and FAISS: `rules --help` should not wait
-    from rag.pipeline import PlannedBook
+    from rag.pipeline import Pipeline, PlannedBook
 
 _LANGUAGES = {"en": "English", "zh": "Chinese"}
 
@@ -140,8 +142,8 @@ def add(
     file: Annotated[
         Path,
         typer.Argument(
-            help="The rulebook: a PDF, text, Markdown or HTML file, or a folder of Markdown "
-            "pages (each page a section)."
+            help="The rulebook: a PDF, text, Markdown, reStructuredText or HTML file, or a "
+            "folder of such pages (each page a section, in name order)."
         ),
     ],
     title: Annotated[
@@ -170,11 +172,22 @@ def add(
             "embedding.add_confirm_minutes.",
         ),
     ] = False,
+    render_all: Annotated[
+        bool,
+        typer.Option(
+            "--render",
+            help="Also render every sentence into the other language now (as `rules render` "
+            "does), so that no question in it waits for renderings; without it, the time "
+            "that takes is measured and said.",
+        ),
+    ] = False,
 ) -> None:
     """Add your own rulebook and index it, so questions can be asked about it.
 
     It says first how many passages and sentences it will embed and about how long that
-    takes; past embedding.add_confirm_minutes it goes ahead only with --yes.
+    takes; past embedding.add_confirm_minutes it goes ahead only with --yes. It draws up the
+    book's glossary (its game terms, each rendered once into the other language) and says
+    how long rendering the whole book into the other language takes.
     """
     if not file.exists():
         raise IngestError(f"{file}: no such file or folder; check the path.")
@@ -205,13 +218,64 @@ def add(
     for warning in report.warnings:
         state.ui.warning(warning.message)
     _note_build(state.ui, pipeline.ensure_index().index.manifest)
+    _note_renderings(state.ui, pipeline, info, render_all)
     state.ui.note(f'Ask with: rules ask "..." --game {info.slug}')
-    other = next(lang for lang in _LANGUAGES if lang != report.language)
-    state.ui.note(
-        f"Questions in {_LANGUAGES[other]} wait for its rule text to be rendered; "
-        f"`rules render {other} --game {info.slug}` renders it all ahead "
-        "(a few seconds a sentence)."
+
+
+# Sentences timed to say how long rendering a whole book takes.
+_TIMED_SENTENCES = 3
+
+
+def _note_renderings(ui: Ui, pipeline: Pipeline, info: GameInfo, render_all: bool) -> None:
+    """Render the book's glossary (with an LLM), and say how long rendering all its
+    sentences into the other language takes: done now with `render_all`, else timed on a
+    few."""
+    other = other_lang(info.language)
+    into = _LANGUAGES[other]
+    ahead = f"`rules render {other} --game {info.slug}`"
+    if not pipeline.generator.writes:
+        terms = glossary.terms if (glossary := pipeline.glossary(info.slug)) else ()
+        ui.note(
+            f"Glossary: {len(terms)} game terms kept with the book, "
+            f"{sum(t.by == 'book' for t in terms)} rendered into {into} by the book itself; "
+            f"the {pipeline.generator.name} backend has no LLM for the others "
+            f"(generation.backend). With one, {ahead} renders them and the rule text ahead."
+        )
+        return
+    with ui.index_progress() as progress:
+        started = time.perf_counter()
+        glossary = pipeline.render_glossary(info.slug, progress)
+        glossary_s = time.perf_counter() - started
+        started = time.perf_counter()
+        each: float | None = None
+        if render_all:
+            sentences = sum(pipeline.render_ahead(other, info.slug, progress))
+        else:
+            sentences, each = pipeline.time_rendering(other, info.slug, _TIMED_SENTENCES)
+    by_book = sum(t.by == "book" for t in glossary.terms)
+    by_model = sum(t.by == "model" and t.rendering is not None for t in glossary.terms)
+    unrendered = sum(t.rendering is None for t in glossary.terms)
+    ui.text(
+        f"Glossary: {len(glossary.terms)} game terms, rendered into {into} once: {by_book} by "
+        f"the book itself, {by_model} by the model in {_duration(glossary_s)}"
+        + (f", {unrendered} not (none it made read as a name)" if unrendered else "")
+        + f". Kept in {pipeline.settings.user_books_dir / info.slug / GLOSSARY_FILE}, where "
+        "a rendering may be corrected."
     )
+    if render_all:
+        ui.text(
+            f"{into} renderings: {sentences} sentences rendered in "
+            f"{_duration(time.perf_counter() - started)}."
+        )
+    elif each is None:
+        ui.text(f"{into} renderings: all {sentences} sentences are rendered already.")
+    else:
+        ui.text(
+            f"{into} renderings: {_duration(each)} a sentence (timed on {_TIMED_SENTENCES}), "
+            f"about {_duration(each * sentences)} for all {sentences}: {ahead} (or "
+            f"`rules add --render`) makes them ahead; until then a question in {into} waits "
+            "for the sentences its answer rests on."
+        )
 
 
 def _plan_line(plan: PlannedBook) -> str:
@@ -237,12 +301,14 @@ def remove(
 ) -> None:
     """Remove a rulebook you added (the built-in ones stay)."""
     state = get_state(ctx)
+    before = state.pipeline.index_store().read_manifest()
     info = state.pipeline.remove_book(game)
     # Rebuild now, so the next question does not wait for it (no passage is embedded).
     manifest = state.indexed_pipeline().ensure_index().index.manifest
     state.stop_service()
     state.ui.text(f"Removed {info.title} ({info.slug}).")
-    _note_build(state.ui, manifest)
+    if manifest != before:  # a book whose adding was interrupted was never in the index
+        _note_build(state.ui, manifest)
 
 
 def _note_build(ui: Ui, manifest: dict[str, Any]) -> None:

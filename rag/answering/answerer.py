@@ -9,15 +9,18 @@ quotes are sent at once) -> situations (a question about something running out, 
 passages none of whose sentences speaks of running out: the rulebook seems silent, and no
 conclusion is written) -> selection (with `select` on, the LLM names the quoted sentences
 that answer, none meaning the rulebook is silent; off, the deciding sentence and the next
-two likeliest) -> rendering (of those, for a question in another language) ->
+two likeliest) -> rendering (of those, for a question in another language, keeping the
+book's glossary terms; one that fails its checks is asked for again word for word, and when
+that fails too the glossary's word-by-word line stands beside the rule instead) ->
 conclusion (the LLM answers from those quotes alone, shown and streamed only when the
 deciding sentence's confidence reaches `conclude_from`; a "when can't I X?" question over
 a chosen rule allowing X under a condition gets that condition turned round instead,
 written by no model:
 rewording.unless_frame, and "with N players, how many …?" over a player-count table gets
 its row: tables.row_answer; one the model writes the allowed way round, "X only if C", is
-said as asked, rewording.turned_round) -> checks -> glosses (in a Chinese answer, the
-English game terms in brackets after the conclusion's and the renderings' words for them)
+said as asked, rewording.turned_round) -> checks -> glosses (in an answer in the other
+language than the book's, the book's own word for each of its glossary's terms in brackets
+after the first of the renderings' and the conclusion's words for it)
 -> assembly (the deciding sentence first, the conclusion only when it passed, the rest of
 the rule text after; when the conclusion stated a number no quote holds and the closest
 sentence is far, or stated numbers the model does not state again when asked again, under
@@ -29,7 +32,7 @@ backend no model runs: the quotes are the answer.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from rag.answering.assembly import Line, not_covered_answer, quoted_answer, rule_text
@@ -62,6 +65,7 @@ from rag.answering.situations import unnamed_situation
 from rag.answering.tables import row_answer
 from rag.generation import Generator
 from rag.prompting import Prompt
+from rag.reading.glossary import Glossary
 from rag.settings import GenerationSettings
 from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
 
@@ -93,6 +97,7 @@ class Answerer:
         renderings: RenderingStore | None = None,
         glosser: Glosser | None = None,
         deciding: DecidingModel | None = None,
+        glossary_of: Callable[[str], Glossary | None] | None = None,
     ) -> None:
         self.candidates = candidates
         self.deciding = deciding or DecidingModel.shipped()
@@ -100,6 +105,7 @@ class Answerer:
         self.renderer = Renderer(generator, renderings)
         self.settings = settings
         self.glosser = glosser
+        self.glossary_of = glossary_of  # a game's glossary, by its slug
 
     def stream(self, question: Question, hits: list[Hit]) -> Iterator[StreamEvent]:
         """Quotes first, then the conclusion's draft tokens, then the final answer (whose
@@ -164,7 +170,9 @@ class Answerer:
                 # Rendered before the conclusion is written, so that it can restate them: a
                 # conclusion composed from the English alone shares too few words with
                 # renderings made after it for its negations to be checked.
-                basis, rendering_check = self.renderer.render_quotes(basis, question.lang)
+                basis, rendering_check = self.renderer.render_quotes(
+                    basis, question.lang, self._glossary(question)
+                )
                 checks.append(rendering_check)
                 quotes = _with_renderings(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
@@ -367,6 +375,9 @@ class Answerer:
             "its conclusions: the rulebook does not seem to answer the question",
         )
 
+    def _glossary(self, question: Question) -> Glossary | None:
+        return self.glossary_of(question.game.slug) if self.glossary_of else None
+
     def _glossed(
         self,
         question: Question,
@@ -375,23 +386,37 @@ class Answerer:
         quotes: Sequence[Quote],
         checks: list[Check],
     ) -> tuple[str | None, list[Quote]]:
-        """For a Chinese answer, the conclusion shown (if any) and the renderings beside the
-        quotes with the English game terms in brackets the first time each is named; the
-        check saying which is added to `checks`."""
+        """For an answer in the other language than the book's, the conclusion shown (if
+        any) and the renderings beside the quotes with the book's own word for each of its
+        terms in brackets the first time each is named, in the order they are read (the
+        deciding sentence's rendering, the conclusion, the others); the check saying which
+        is added to `checks`."""
+        glossary = self._glossary(question)
         rendered = [q for q in quotes if q.rendering]
-        if question.lang != "zh" or self.glosser is None or not (conclusion or rendered):
+        if (
+            glossary is None
+            or glossary.into != question.lang
+            or self.glosser is None
+            or not (conclusion or rendered)
+        ):
             return conclusion, list(quotes)
-        texts = [conclusion] if conclusion else []
-        sources = [[q.text for q in basis]] if conclusion else []
+        first = [q for q in rendered if q.deciding]
+        rest = [q for q in rendered if not q.deciding]
+        read = [
+            *((q.rendering or "", [q.text]) for q in first),
+            *([(conclusion, [q.text for q in basis])] if conclusion else []),
+            *((q.rendering or "", [q.text]) for q in rest),
+        ]
         glossed, check = self.glosser.gloss(
-            texts + [q.rendering or "" for q in rendered],
-            sources + [[q.text] for q in rendered],
-            question.game.slug,
+            [text for text, _ in read], [own for _, own in read], glossary
         )
         checks.append(check)
         if conclusion:
-            conclusion, glossed = glossed[0], glossed[1:]
-        by_quote = {id(q): text for q, text in zip(rendered, glossed, strict=True)}
+            conclusion = glossed[len(first)]
+        after = len(first) + bool(conclusion)
+        by_quote = dict(
+            zip(map(id, first + rest), glossed[: len(first)] + glossed[after:], strict=True)
+        )
         return conclusion, [replace(q, rendering=by_quote.get(id(q), q.rendering)) for q in quotes]
 
     def _answer(

@@ -1,12 +1,14 @@
 """Assembly: the shown answer, from the checked conclusion and the quotes it rests on.
 
 The deciding sentence comes first, verbatim with its section and page (and its rendering,
-for a question in another language); then the conclusion, citing the quotes' passages, when
-one passed the checks; then the rest of the rule text as context. A conclusion that failed
-a check is not shown: the deciding sentence is the answer (with no sentence marked
-deciding, a plain "read the rule below" line stands in its place). When the rulebook is
-silent the answer says so in the asker's language and the nearest passages are listed
-instead (or, when it only seems silent, the nearest rule text stays shown under that line).
+for a question in another language, or, when none passed the checks, a line saying so and
+its terms word by word from the book's glossary); then the conclusion, citing the quotes'
+passages, when one passed the checks; then the rest of the rule text as context. A
+conclusion that failed a check is not shown: the deciding sentence is the answer (with no
+sentence marked deciding, a plain "read the rule below" line stands in its place). When
+the rulebook is silent the answer says so in the asker's language and the nearest passages
+are listed instead (or, when it only seems silent, the nearest rule text stays shown under
+that line).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from rag.answering.quotes import citations_for
+from rag.lang import CJK_RE
 from rag.prompting import phrases
 from rag.types import Answer, Check, Hit, Lang, Quote
 
@@ -39,14 +42,21 @@ def _quote_lines(quote: Quote, lang: Lang) -> list[str]:
         lines.append(f"      {words['rendering']}: {quote.rendering}")
     elif quote.rendering_withheld:  # the player learns why this one has none
         lines.append(f"      {words['rendering']}: {words['rendering_withheld']}")
+        if quote.word_by_word:
+            lines.append(f"      {words['word_by_word']}: {quote.word_by_word}")
     return lines
 
 
 def _source(quote: Quote, lang: Lang) -> str:
     """A quote's marker, section and page, as it heads its passage's sentences."""
     page = f" {phrases(lang)['page'].format(page=quote.page)}" if quote.page else ""
-    label = f"「{quote.label}」{page}" if lang == "zh" else f"{quote.label}{page}"
-    return f"[{quote.n}] {label}"
+    # A section's name is the rulebook's words: quoted, in an answer in Chinese always, in
+    # English when it is Chinese (the English around it is what Rulekeeper says).
+    if lang == "zh":
+        label = f"「{quote.label}」"
+    else:
+        label = f"“{quote.label}”" if CJK_RE.search(quote.label) else quote.label
+    return f"[{quote.n}] {label}{page}"
 
 
 def deciding_text(quotes: Sequence[Quote], lang: Lang) -> str:

@@ -526,11 +526,21 @@ def when_not_check(conclusion: str, question: str, lang: Lang) -> Check:
     )
 
 
+def chinese_left(english: str) -> bool:
+    """Whether English text holds Chinese outside its brackets ("The maximum体力 limit"): a
+    bracket may gloss a term in the rulebook's words, but the text itself mixes two
+    languages."""
+    return CJK_RE.search(_GLOSS.sub("", english)) is not None
+
+
 def language_check(conclusion: str, lang: Lang) -> Check:
-    """The conclusion is written in the asker's language; glossed terms do not count."""
+    """The conclusion is written in the asker's language, and an English one holds no
+    Chinese; glossed terms do not count."""
     written = detect_lang(_GLOSS.sub("", conclusion))
     if written != lang:
         return Check("language", False, f"written in {written}, asked in {lang}")
+    if lang == "en" and chinese_left(conclusion):
+        return Check("language", False, "Chinese left in the English")
     return Check("language", True)
 
 
@@ -572,12 +582,20 @@ def foreign_glosses(rendering: str, quote: str) -> list[str]:
 _ITEM_NUMBER = re.compile(r"^\s*\d+(?:[.)]\s|\s+(?=[A-Z][a-z]))")
 
 
+# A Chinese rule's ordinal one (第1回合), which an English rendering keeps as "first".
+_ZH_ORDINAL_ONE = re.compile(rf"{ZH['ordinal']}\s*1(?!\d)")
+_EN_ORDINAL_ONE = re.compile(rf"\b{EN['ordinal_one']}\b", re.IGNORECASE)
+
+
 def dropped_numbers(rendering: str, quote: str) -> set[int]:
     """Numbers the quote states that the rendering does not ("If you ever have 10 cards
     and draw a card…" rendered without its 10 has lost its condition). "One" and "a" are
     not asked for: 一 stands in many words, and "a card" may be rendered 一张 or not."""
     stated = stated_numbers(_ITEM_NUMBER.sub(" ", quote), one_words=False)
-    return stated - stated_numbers(rendering)
+    kept = stated_numbers(rendering)
+    if _ZH_ORDINAL_ONE.search(quote) and _EN_ORDINAL_ONE.search(rendering):
+        kept.add(1)
+    return stated - kept
 
 
 # The "after", "before" and "only" of an English rule, each with the Chinese that keeps it

@@ -46,6 +46,12 @@ def numbered_rank(line: str) -> int | None:
     return rank if _is_title(title) else None
 
 
+def without_numbering(line: str) -> str:
+    """The line after its Chinese numbering (第一章, 一、, （一）, 1.1 …), if it has one."""
+    line = line.strip()
+    return line[_numbering(line)[1] :].lstrip(_AFTER_NUMBER)
+
+
 def _numbering(line: str) -> tuple[int | None, int]:
     for pattern, rank in (*_STYLES, _BRACKETED_ARABIC):
         if match := pattern.match(line):
