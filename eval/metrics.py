@@ -17,10 +17,13 @@ from typing import Any
 from rag.answering.checks import answer_word
 from rag.lang import detect_lang
 from rag.prompting import phrases
-from rag.types import LANGS, Lang
+from rag.reading.glossary import Glossary, term_span
+from rag.types import LANGS, Lang, Quote
 
 # Citation markers ([1], [1, 2], 【1】, [passage 1]) are not prose in either language.
 _MARKER = re.compile(r"[\[【]\s*(?:passage\s*)?\d+(?:\s*[,，、]\s*\d+)*\s*[\]】]", re.I)
+# A term's own word in the rulebook, in brackets after its rendering.
+_BOOK_WORD = re.compile(r"\s?[(（][^()（）\n]{1,30}[)）]")
 # Quoted rulebook text keeps the rulebook's language whatever the answer's language is.
 _QUOTED = re.compile(r"“[^”]*”|「[^」]*」|『[^』]*』|\"[^\"\n]*\"|^[ \t]*>.*$", re.M)
 
@@ -118,14 +121,43 @@ def way_round_problems(conclusion: str, lang: Lang, probe: dict[str, Any]) -> li
 
 
 def _prose(text: str) -> str:
-    """The text the answerer wrote itself: no markers, quotations or the fixed reminder.
+    """The text the answerer wrote itself: no markers, quotations, the book's own word for a
+    term in brackets after it ("Seat Wind (门风刻)", 潜行判定（Stealth test）) or the fixed
+    reminder.
 
     Answer assembly appends the reminder in the question's language to every answer, so
     leaving it in would make an English reply to a Chinese question look half Chinese.
     """
     for lang in LANGS:
         text = text.replace(phrases(lang)["reminder"], " ")
-    return _QUOTED.sub(" ", _MARKER.sub(" ", text))
+    return _BOOK_WORD.sub(" ", _QUOTED.sub(" ", _MARKER.sub(" ", text)))
+
+
+def deciding_line(quotes: Sequence[Quote], asker: Lang) -> str | None:
+    """What stands beside a deciding sentence in another language than the asker's: a
+    checked "rendering", the glossary's "word_by_word" line, or "none"; None when there is
+    no deciding sentence or it is in the asker's language."""
+    deciding = next((q for q in quotes if q.deciding), None)
+    if deciding is None or detect_lang(deciding.text) == asker:
+        return None
+    if deciding.rendering:
+        return "rendering"
+    return "word_by_word" if deciding.word_by_word else "none"
+
+
+def terms_rendered_otherwise(quotes: Sequence[Quote], glossary: Glossary | None) -> int:
+    """The glossary terms that a shown rendering names otherwise than the glossary renders
+    them, each counted once: a term said two ways within one answer."""
+    if glossary is None:
+        return 0
+    otherwise = {
+        term.original
+        for quote in quotes
+        if quote.rendering
+        for term in glossary.used_in([quote.text])
+        if term.rendering and term_span(quote.rendering, term.rendering, glossary.into) is None
+    }
+    return len(otherwise)
 
 
 def answer_language(text: str) -> Lang:
@@ -192,6 +224,10 @@ class ItemScore:
     deciding_holds: bool | None = None  # answerable: the sentence shown first holds evidence
     conclusion_right: bool | None = None  # a conclusion shown: it covers a key fact and its
     # deciding sentence holds evidence (for an unanswerable item, never)
+    # A deciding sentence in another language than the question's: what stands beside it
+    # ("rendering", "word_by_word" or "none"); None when it is in the asker's language.
+    deciding_line: str | None = None
+    terms_otherwise: int = 0  # glossary terms a shown rendering names otherwise
 
     @property
     def fact_recall(self) -> float | None:
@@ -229,6 +265,8 @@ class ItemScore:
             "renderings_withheld": self.renderings_withheld,
             "deciding_holds_evidence": self.deciding_holds,
             "conclusion_right": self.conclusion_right,
+            "deciding_line": self.deciding_line,
+            "terms_rendered_otherwise": self.terms_otherwise,
         }
 
 
@@ -270,6 +308,15 @@ def summarise(scores: Sequence[ItemScore], ks: Sequence[int] = (1, 5)) -> dict[s
         # to rendering or its checks moves what a player in another language can read.
         "renderings_shown": sum(s.renderings_shown for s in scores),
         "renderings_withheld": sum(s.renderings_withheld for s in scores),
+        # A deciding sentence in the book's language shown to an asker in the other: with a
+        # checked rendering beside it, or with only the glossary's word-by-word line.
+        "deciding_rendered": share(
+            [s.deciding_line == "rendering" for s in scores if s.deciding_line is not None]
+        ),
+        "deciding_word_by_word": share(
+            [s.deciding_line == "word_by_word" for s in scores if s.deciding_line is not None]
+        ),
+        "terms_rendered_otherwise": sum(s.terms_otherwise for s in scores),
     }
     latencies = [s.latency_s for s in scores if s.latency_s is not None]
     latency = {"p50_s": percentile(latencies, 50), "p95_s": percentile(latencies, 95)}

@@ -23,16 +23,19 @@ from eval.metrics import (
     abstention_correct,
     answer_language,
     build_report,
+    deciding_line,
     facts_covered,
     first_hit_rank,
     holds_evidence,
     supported_citations,
+    terms_rendered_otherwise,
     way_round_problems,
 )
 from rag.answering.checks import numbers_check
 from rag.errors import GameNotFoundError, InputError
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
+from rag.reading.glossary import Glossary
 from rag.types import LANGS, Answer, Lang, Quote
 
 ITEMS_FILE = "items.jsonl"
@@ -235,6 +238,7 @@ def _score(
     ranked: Sequence[str],
     latency_s: float,
     game_names: Sequence[str] = (),
+    glossary: Glossary | None = None,
 ) -> ItemScore:
     conclusion = answer.conclusion
     right_way = None
@@ -270,6 +274,8 @@ def _score(
         renderings_withheld=sum(q.rendering_withheld for q in answer.quotes),
         deciding_holds=deciding_holds if item.answerable else None,
         conclusion_right=conclusion_right,
+        deciding_line=deciding_line(answer.quotes, item.lang),
+        terms_otherwise=terms_rendered_otherwise(answer.quotes, glossary),
     )
 
 
@@ -316,7 +322,7 @@ def evaluate_item(pipeline: Pipeline, item: GoldItem, k: int) -> ItemResult:
         return _failure(item, game.slug, exc)
     latency_s = time.perf_counter() - started
     ranked = _ranked_texts(pipeline, item, answer, k)
-    score = _score(item, answer, ranked, latency_s, game.names())
+    score = _score(item, answer, ranked, latency_s, game.names(), pipeline.glossary(game.slug))
     return ItemResult(item, score, answer.to_json())
 
 
@@ -350,6 +356,8 @@ def _stored_score(item: GoldItem, metrics: dict[str, Any]) -> ItemScore:
         renderings_withheld=metrics.get("renderings_withheld", 0),
         deciding_holds=metrics.get("deciding_holds_evidence"),
         conclusion_right=metrics.get("conclusion_right"),
+        deciding_line=metrics.get("deciding_line"),
+        terms_otherwise=metrics.get("terms_rendered_otherwise", 0),
     )
 
 

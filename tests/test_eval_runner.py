@@ -240,6 +240,8 @@ def test_runner_scores_each_item_and_writes_them_one_by_one(
         "renderings_withheld": 0,
         "deciding_holds_evidence": True,  # the sentence shown first holds the evidence
         "conclusion_right": True,  # and the conclusion shown covers a key fact
+        "deciding_line": None,  # the deciding sentence is in the asker's language
+        "terms_rendered_otherwise": 0,
     }
     zh = items["suros-ap-zh"]["metrics"]
     # The fake embedder quotes an unrelated sentence for the Chinese question, so its
@@ -363,6 +365,9 @@ def test_json_prints_exactly_the_report(settings: Settings, gold_file: Path) -> 
         "renderings_withheld",
         "deciding_holds_evidence",
         "conclusion_right",
+        "deciding_rendered",
+        "deciding_word_by_word",
+        "terms_rendered_otherwise",
     }
     assert set(report["by_lang"]) == {"en", "zh"}
     assert set(report["latency"]) == {"p50_s", "p95_s"}

@@ -10,6 +10,7 @@ from eval.metrics import (
     answer_language,
     build_report,
     contains_any,
+    deciding_line,
     facts_covered,
     first_hit_rank,
     hit_at,
@@ -19,8 +20,11 @@ from eval.metrics import (
     share,
     summarise,
     supported_citations,
+    terms_rendered_otherwise,
 )
 from rag.prompting import phrases
+from rag.reading.glossary import Glossary, Term
+from rag.types import Quote
 
 # --- matching ---------------------------------------------------------------------------
 
@@ -117,6 +121,17 @@ def test_english_sentences_under_a_chinese_heading_are_english() -> None:
     assert answer_language(text) == "en"  # 2 CJK characters against 26 words
 
 
+def test_the_books_word_in_brackets_after_a_term_is_not_prose() -> None:
+    text = (
+        "Machine translation: Do not count Big Three Winds (三风刻), All Pungs (碰碰和), "
+        "Prevalent Wind (圈风刻), Seat Wind (门风刻), Pung of Terminals or Honors (幺九刻)."
+    )
+    assert answer_language(text) == "en"
+    assert answer_language("机器译文：你可以进行潜行判定（Stealth test）（Sneak）。") == "zh"
+    # Chinese prose outside brackets still reads as Chinese
+    assert answer_language("不计三风刻、碰碰和 (All Pungs)、圈风刻、门风刻、幺九刻。") == "zh"
+
+
 @pytest.mark.parametrize("text", ["", "[1][2]", "   "])
 def test_text_without_letters_is_not_chinese(text: str) -> None:
     assert answer_language(text) == "en"
@@ -210,6 +225,9 @@ def test_summary_over_hand_made_items() -> None:
         "invented_numbers_shown": 0,
         "renderings_shown": 0,  # hand-made items show no rendering
         "renderings_withheld": 0,
+        "deciding_rendered": None,
+        "deciding_word_by_word": None,
+        "terms_rendered_otherwise": 0,
     }
     # Latencies of the answered items 1, 3, 2: p50 = 2; p95 at position 1.9 -> 2 + 0.9.
     assert s["latency"] == {"p50_s": 2.0, "p95_s": 2.9}
@@ -237,6 +255,9 @@ def test_report_groups_by_language_game_and_type() -> None:
         "invented_numbers_shown": 0,
         "renderings_shown": 0,  # hand-made items show no rendering
         "renderings_withheld": 0,
+        "deciding_rendered": None,
+        "deciding_word_by_word": None,
+        "terms_rendered_otherwise": 0,
     }
     assert list(report["by_game"]) == ["(unresolved)", "deck52-final-bus", "suros"]
     assert report["by_game"]["suros"]["n"] == 2
@@ -259,6 +280,9 @@ def test_a_group_without_answerable_items_reports_null_retrieval() -> None:
         "invented_numbers_shown": 0,
         "renderings_shown": 0,  # hand-made items show no rendering
         "renderings_withheld": 0,
+        "deciding_rendered": None,
+        "deciding_word_by_word": None,
+        "terms_rendered_otherwise": 0,
     }
 
 
@@ -284,3 +308,48 @@ def test_item_json_leaves_retrieval_unmeasured_for_unanswerable_items() -> None:
     assert metrics["reciprocal_rank"] is None
     assert metrics["language_match"] is True
     assert B.to_json([1, 5])["hit@5"] is True
+
+
+# --- what an asker in the other language reads beside the rule ---------------------------
+
+RULE = "召唤怪兽时，可以把怪兽放置到主怪兽区域。"
+GLOSSARY = Glossary("zh", (Term("主怪兽区域", "Main Monster Zone", "book"),))
+
+
+def quote(text: str = RULE, *, deciding: bool = True, **fields: object) -> Quote:
+    return Quote(1, "g:1", "g", "Game › Zones", 2, text, deciding=deciding, **fields)  # type: ignore[arg-type]
+
+
+def test_the_deciding_line_says_what_stands_beside_a_sentence_in_the_other_language() -> None:
+    rendered = quote(rendering="When summoning, you may place it in the Main Monster Zone.")
+    glossed = quote(word_by_word="summon · monster · Main Monster Zone")
+    assert deciding_line([rendered], "en") == "rendering"
+    assert deciding_line([glossed], "en") == "word_by_word"
+    assert deciding_line([quote()], "en") == "none"
+    # in the asker's own language, or with no deciding sentence, there is nothing to count
+    assert deciding_line([quote()], "zh") is None
+    assert deciding_line([quote(deciding=False)], "en") is None
+
+
+def test_a_rendering_naming_a_glossary_term_otherwise_is_counted_once() -> None:
+    kept = quote(rendering="You may place the monster in the Main Monster Zone.")
+    changed = quote(rendering="You may place the monster in the main beast area.")
+    assert terms_rendered_otherwise([kept], GLOSSARY) == 0
+    assert terms_rendered_otherwise([changed], GLOSSARY) == 1
+    assert terms_rendered_otherwise([changed, changed], GLOSSARY) == 1
+    assert terms_rendered_otherwise([changed], None) == 0
+    # a quote with no rendering shown says no term at all
+    assert terms_rendered_otherwise([quote()], GLOSSARY) == 0
+
+
+def test_the_summary_shares_are_over_deciding_sentences_in_the_other_language() -> None:
+    def score(line: str | None, otherwise: int = 0) -> ItemScore:
+        return ItemScore("en", "g", "lookup", True, deciding_line=line, terms_otherwise=otherwise)
+
+    answer = summarise([score("rendering"), score("word_by_word", 2), score("none"), score(None)])[
+        "answer"
+    ]
+    assert answer["deciding_rendered"] == round(1 / 3, 4)
+    assert answer["deciding_word_by_word"] == round(1 / 3, 4)
+    assert answer["terms_rendered_otherwise"] == 2
+    assert summarise([score(None)])["answer"]["deciding_rendered"] is None
