@@ -405,10 +405,21 @@ class Pipeline:
         query = Corpus.without_names(
             _with_context(question, self.follows_from(question, info, history)), info
         )
+        query = " ".join([query, *self.book_terms(question, info)])
         hits = self.ensure_index().search(
             query, info.slug, k or self.settings.retrieval.k, reranker=self.reranker
         )
         return info, hits
+
+    def book_terms(self, question: str, info: GameInfo) -> tuple[str, ...]:
+        """The book's own words for the game terms a question in the other language names,
+        as its glossary renders them (大四喜 for "Big Four Winds"): searched for beside the
+        question, as a multilingual embedder matches a game's own terms poorly across
+        languages."""
+        if detect_lang(question) == info.language:
+            return ()
+        glossary = self.glossary(info.slug)
+        return tuple(t.original for t in glossary.named_in(question)) if glossary else ()
 
     def follows_from(self, question: str, info: GameInfo, history: Sequence[Turn]) -> str | None:
         """The earlier question that `question`, about the game `info`, follows up (it is
@@ -455,7 +466,7 @@ class Pipeline:
                 question, info.slug, lang, hits, answerer.generator.name, [silent]
             )
         else:
-            asked = Question(question.strip(), lang, info, earlier)
+            asked = Question(question.strip(), lang, info, earlier, self.book_terms(question, info))
             for event in answerer.stream(asked, hits):
                 if event.kind != "answer":
                     yield event

@@ -13,7 +13,7 @@ from conftest import FakeEmbedder, ScriptedGenerator
 
 from rag.answering.assembly import rule_text
 from rag.answering.glossing import Glosser, word_by_word
-from rag.answering.rendering import Renderer
+from rag.answering.rendering import Renderer, rendering_prompt
 from rag.generation import Generator
 from rag.pipeline import Pipeline
 from rag.prompting import Prompt, phrases
@@ -298,3 +298,69 @@ def test_a_term_rendering_that_reads_as_no_english_name_is_not_kept(
 ) -> None:
     generator = ScriptedGenerator(conclusions=[json.dumps({"translation": reply})])
     assert Renderer(generator).render_term(Term("武将牌", seen_in=HEALTH), "en") == kept
+
+
+def test_the_terms_a_question_in_the_other_language_names_are_found_by_their_rendering() -> None:
+    named = GENERALS.named_in("Does my general card's faction set my Maximum Health?")
+    assert [t.original for t in named] == ["体力上限", "武将牌", "势力"]
+    assert GENERALS.named_in("Can I discard my hand?") == []
+    # a rendering inside a longer one named is not named again
+    nested = Glossary("zh", (Term("手卡", "Hand Card"), Term("卡", "Card")))
+    assert [t.original for t in nested.named_in("How many hand cards?")] == ["手卡"]
+
+
+def test_a_question_naming_a_term_in_the_other_language_is_searched_with_the_books_word(
+    settings: Settings, tmp_path: Path
+) -> None:
+    generator = RenderingGenerator()
+    pipeline = added(settings, tmp_path, generator)
+    question = "What happens when a faction kills its own?"
+    info = pipeline.resolve_game("三国杀", question)
+    assert pipeline.book_terms(question, info) == ()  # no term rendered yet
+    pipeline.render_glossary("三国杀")
+    assert pipeline.book_terms(question, info) == ("势力",)
+    assert pipeline.book_terms("势力是什么？", info) == ()  # asked in the book's language
+    # the word-hashing embedder shares no word between the English question and the book:
+    # only the book's own word finds the rule
+    _, hits = pipeline.retrieve(question, "三国杀", 1)
+    assert KILL in hits[0].chunk.text
+    answer = pipeline.ask(question, "三国杀")
+    assert next(q for q in answer.quotes if q.deciding).text == KILL
+
+
+MAHJONG = Glossary(
+    "zh",
+    (
+        Term("幺九刻", "Pung of Terminals or Honors", "book"),
+        Term("不求人", "Fully Concealed Hand", "book"),
+    ),
+)
+
+
+def test_a_terms_name_is_no_number_or_negation_of_the_rule() -> None:
+    rule = "不计不求人、幺九刻。"
+    terms = MAHJONG.used_in([rule])
+    right = "Do not count Fully Concealed Hand or Pung of Terminals or Honors."
+    renderer = Renderer(ScriptedGenerator(conclusions=[json.dumps({"translation": right})]))
+    # 幺九 is no 1 or 9 to keep, 不求人 no "not" to say
+    assert renderer.checked(rule, "en", terms).text == right
+    # the rule's own "not" still counts
+    wrong = json.dumps(
+        {"translation": "Count Fully Concealed Hand and Pung of Terminals or Honors."}
+    )
+    renderer = Renderer(ScriptedGenerator(conclusions=[wrong, wrong]))
+    assert renderer.checked(rule, "en", terms).why_not == "not faithful"
+    # a term the glossary has no rendering for is read as the rule's words
+    unrendered = [Term("不求人"), Term("幺九刻", "Pung of Terminals or Honors", "book")]
+    said = json.dumps({"translation": right})
+    renderer = Renderer(ScriptedGenerator(conclusions=[said, said]))
+    assert renderer.checked(rule, "en", unrendered).why_not == "not faithful"
+
+
+def test_asked_again_the_sentence_comes_with_its_terms_already_rendered() -> None:
+    terms = GENERALS.used_in([KILL])
+    first = rendering_prompt(KILL, "en", terms).messages[-1]["content"]
+    again = rendering_prompt(KILL, "en", terms, strict=True).messages[-1]["content"]
+    assert KILL in first
+    assert "已经确定 faction 的角色杀死相同 faction 的角色" in again
+    assert "势力 = faction" in again  # still listed

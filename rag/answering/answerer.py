@@ -81,11 +81,20 @@ class Question:
     lang: Lang
     game: GameInfo
     earlier: str | None = None  # the previous question of a follow-up
+    # The book's own words for the game terms a question in the other language names
+    # (rag.pipeline.Pipeline.book_terms).
+    book_terms: tuple[str, ...] = ()
 
     @property
     def in_context(self) -> str:
-        """What candidates are ranked by: a follow-up with the question it follows."""
+        """A follow-up with the question it follows."""
         return f"{self.earlier} {self.text}" if self.earlier else self.text
+
+    @property
+    def searched(self) -> str:
+        """What candidates are ranked by: the question in context, with the book's words
+        for the terms it names."""
+        return " ".join([self.in_context, *self.book_terms])
 
 
 class Answerer:
@@ -111,7 +120,7 @@ class Answerer:
         """Quotes first, then the conclusion's draft tokens, then the final answer (whose
         `timings.generate_s` is the time spent on the model)."""
         started = time.perf_counter()
-        ranked = self.candidates.rank(question.in_context, hits[: self.settings.passages])
+        ranked = self.candidates.rank(question.searched, hits[: self.settings.passages])
         if ranked and ranked[0].score < self.settings.min_sentence_score:
             far = Check(
                 "closeness",

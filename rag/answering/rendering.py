@@ -33,7 +33,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from rag.answering.glossing import word_by_word
 from rag.generation import Generator
 from rag.lang import CJK_RE, detect_lang
 from rag.prompting import Prompt, fill, phrases, reply_text, system_message
-from rag.reading.glossary import Glossary, Term, term_span
+from rag.reading.glossary import Glossary, Term, other_lang, term_pattern, term_span
 from rag.types import LANGS, Check, Lang, Quote
 
 RENDERING_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
@@ -74,14 +74,30 @@ def rendering_prompt(
     phrases.toml), after the rulebook's terms it uses and their fixed renderings: every
     rendering's prompt is the same up to the sentence, so llama.cpp reads the shared part
     once for a run of renderings. `strict`: the task asked once more when a rendering failed
-    its checks, word for word."""
+    its checks, word for word, with each term already rendered in the sentence, where a
+    small model copies it rather than rendering it its own way."""
     said = phrases(lang)
     task = "render_strict" if strict else "render"
     listed = "; ".join(f"{t.original} = {t.rendering}" for t in terms if t.rendering)
+    shown = _terms_rendered_in(text, terms, other_lang(lang)) if strict else text
     sentence = (
-        fill(said["render_with_terms"], task, terms=listed, sentence=text) if listed else text
+        fill(said["render_with_terms"], task, terms=listed, sentence=shown) if listed else shown
     )
     return _prompt(text, said, task, sentence, RENDERING_TOKENS)
+
+
+def _terms_rendered_in(text: str, terms: Sequence[Term], book: Lang) -> str:
+    """The sentence (in the `book`'s language) with each term in it replaced by its
+    rendering."""
+    for term in terms:
+        if term.rendering:
+            # a function, not a template: a rendering's backslashes are its own
+            text = term_pattern(term.original, book).sub(_said(f" {term.rendering} "), text)
+    return text
+
+
+def _said(words: str) -> Callable[[re.Match[str]], str]:
+    return lambda _: words
 
 
 def term_prompt(term: Term, lang: Lang) -> Prompt:
@@ -209,9 +225,14 @@ def _not_shown_because(
         return "not in the question's language"
     if lang == "en" and chinese_left(rendered):
         return "Chinese left in the English"
-    if not faithful(rendered, quote):
-        return "not faithful"
     changed = [t for t in terms if t.rendering and not term_span(rendered, t.rendering, lang)]
+    kept = [t for t in terms if t.rendering and t not in changed]
+    book = other_lang(lang)
+    if not faithful(
+        _terms_aside(rendered, kept, lang, rendered=True),
+        _terms_aside(quote, kept, book, rendered=False),
+    ):
+        return "not faithful"
     if changed:
         return (
             "a term not as the glossary renders it ("
@@ -219,6 +240,18 @@ def _not_shown_because(
             + ")"
         )
     return None
+
+
+def _terms_aside(text: str, terms: Sequence[Term], lang: Lang, *, rendered: bool) -> str:
+    """The text, in `lang`, without the glossary terms it names: a term's name is no number
+    or negation of the rule (幺九刻 counts no 1 or 9, 不求人 says no "not"). `rendered`: the
+    text is a rendering, naming each term as the glossary renders it; else it is the quote,
+    naming each as the book writes it."""
+    for term in terms:
+        name = term.rendering if rendered else term.original
+        if name and (span := term_span(text, name, lang)):
+            text = f"{text[: span[0]]} {text[span[1] :]}"
+    return text
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,21 @@ class Glossary:
                 text = found.sub(" | ", text)  # what a longer term used is not there for a shorter
         return used
 
+    def named_in(self, text: str) -> list[Term]:
+        """The terms a text in the other language names as the glossary renders them
+        ("Big Four Winds" names 大四喜), longest rendering first; a rendering only inside a
+        longer one named is not."""
+        named = []
+        rendered = sorted(
+            (t for t in self.terms if t.rendering), key=lambda t: -len(t.rendering or "")
+        )
+        for term in rendered:
+            span = term_span(text, term.rendering or "", self.into)
+            if span:
+                named.append(term)
+                text = f"{text[: span[0]]} | {text[span[1] :]}"
+        return named
+
     def unasked(self) -> list[Term]:
         """The terms neither the book nor the model has rendered yet."""
         return [t for t in self.terms if t.by is None]
