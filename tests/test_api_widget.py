@@ -286,3 +286,28 @@ def test_labels_in_the_visitors_language(page: Any, serve_api: Any, pipeline: Pi
     page.wait_for_selector(".rk-frame:not([hidden])")
     assert page.inner_text(".rk-back") == "← 返回对话"
     assert page.inner_text(".rk-to-contents") == "目录"
+
+
+def test_rule_text_drawn_from_the_quotes_keeps_the_word_by_word_line(
+    page: Any, serve_api: Any, pipeline: Pipeline
+) -> None:
+    # A server that sends the quotes but no rendered text (the widget draws it itself).
+    quote = {
+        "n": 1, "chunk_id": "g:1", "game": "suros", "section": "Suros › 势力", "page": None,
+        "text": "杀死相同势力的角色须弃置所有手牌。", "translation": None,
+        "translation_withheld": True, "deciding": True,
+        "word_by_word": "… faction … must … all hand cards",
+    }  # fmt: skip
+    event = f"event: quotes\ndata: {json.dumps({'quotes': [quote]}, ensure_ascii=False)}\n\n"
+    open_demo(page, serve_api(pipeline))
+    page.route(
+        "**/ask/stream",
+        lambda route: route.fulfill(
+            status=200, content_type="text/event-stream", body=event.encode("utf-8")
+        ),
+    )
+    ask(page, "What happens when a faction kills its own?")
+    page.wait_for_selector(".rk-rule:not([hidden])")
+    rule = page.inner_text(".rk-rule")
+    assert "(machine translation withheld)" in rule
+    assert "Word by word from the book's glossary (not a translation): … faction … must" in rule

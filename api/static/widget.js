@@ -111,6 +111,8 @@
       serverAnswered: "The server answered {n}.",
       unreachable: "Could not reach the rules server.",
       failed: "The answer failed.",
+      renderingWithheld: "(machine translation withheld)",
+      wordByWord: "Word by word from the book's glossary (not a translation)",
     },
     zh: {
       game: "游戏",
@@ -145,6 +147,8 @@
       serverAnswered: "服务器返回了 {n}。",
       unreachable: "无法连接规则服务器。",
       failed: "回答失败。",
+      renderingWithheld: "（机器译文未通过核对，不显示）",
+      wordByWord: "逐词对照，取自本书术语表（不是译文）",
     },
   };
 
@@ -485,14 +489,19 @@
     this.rule.hidden = !text;
   };
 
-  /* The rule text from the quotes themselves, for a server that sent no rendered text. */
+  /* The rule text from the quotes themselves, for a server that sent no rendered text: a
+   * withheld rendering's place says so, with the glossary's word-by-word line when there
+   * is one. */
   Widget.prototype.ruleText = function (quotes) {
+    var labels = this.labels;
     return quotes
       .map(function (q) {
         var label = String(q.section || "").split(" › ").pop();
         var line = "[" + q.n + "] " + label + (q.page ? " p. " + q.page : "") + ": “" + q.text + "”";
         if (q.translation) return line + "\n    " + q.translation;
-        return q.translation_withheld ? line + "\n    (machine translation withheld)" : line;
+        if (!q.translation_withheld) return line;
+        line += "\n    " + labels.renderingWithheld;
+        return q.word_by_word ? line + "\n    " + labels.wordByWord + ": " + q.word_by_word : line;
       })
       .join("\n");
   };
