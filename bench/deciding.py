@@ -12,10 +12,11 @@ the gold sets ask about.
 
 `fit` scores, for each book left out in turn, a model fitted on the other books: how often
 the first sentence shown holds evidence (as quotes were ordered before the deciding
-sentence, the closest sentence, and the fitted model's likeliest of the quoted ones, as
-answers choose it), and the two thresholds on the model's confidence, each
-chosen on the other books: abstain below one (at most 5% of their answerable questions),
-conclude above the other (its best sentence holds evidence for at least 90% of them).
+sentence, the closest sentence, the fitted model's likeliest of the quoted ones, and the
+one answers show: the closest quoted one read under its section's name), and the two
+thresholds on the model's confidence, each chosen on the other books: abstain below one
+(at most 5% of their answerable questions), conclude above the other (its best sentence
+holds evidence for at least 90% of them).
 `--write` fits on every book and writes rag/answering/deciding.toml, and prints the two
 thresholds fitted on every book, for settings.
 
@@ -70,9 +71,12 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                 except (GameNotFoundError, InputError) as exc:
                     print(f"skipped {item.id}: {exc}", file=sys.stderr)
                     continue
-                ranked = pipeline.answerer.candidates.rank(item.question, hits[:passages])
+                searched = " ".join([item.question, *pipeline.book_terms(item.question, game)])
+                candidates = pipeline.answerer.candidates
+                ranked = candidates.rank(searched, hits[:passages])
                 lang = detect_lang(item.question)
                 quoted = quoted_sentences(item.question, lang, ranked, most)
+                titled = candidates.by_titled_closeness(searched, quoted)
                 quotes, _ = make_quotes(quoted)
                 shown_first = quotes[0].text if quotes else None
                 row = {
@@ -90,6 +94,8 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                     "labels": [holds_evidence(s.text, item.evidence) for s in ranked],
                     "quoted": [s in quoted for s in ranked],
                     "texts": [s.text for s in ranked],
+                    # the deciding sentence as answers choose it (rag.answering.candidates)
+                    "titled_first": ranked.index(titled[0]) if titled else None,
                 }
                 rows.write(json.dumps(row, ensure_ascii=False) + "\n")
                 written += 1
@@ -109,6 +115,7 @@ class Item:
     features: np.ndarray
     labels: np.ndarray
     quoted: np.ndarray  # the sentences an answer quotes: the deciding one is among them
+    titled_first: int | None  # the deciding sentence answers show
 
 
 def load_rows(paths: Sequence[Path]) -> list[Item]:
@@ -125,6 +132,7 @@ def load_rows(paths: Sequence[Path]) -> list[Item]:
                 features=np.asarray(row["features"], dtype=float).reshape(-1, len(FEATURES)),
                 labels=np.asarray(row["labels"], dtype=float),
                 quoted=np.asarray(row["quoted"], dtype=bool),
+                titled_first=row.get("titled_first"),
             )
     return list(items.values())
 
@@ -170,13 +178,14 @@ class Outcome:
     best_holds: bool
     top3_holds: bool
     closest_holds: bool
+    shown_holds: bool  # the deciding sentence answers show (closest quoted, read titled)
 
 
 def outcomes(model: DecidingModel, items: Sequence[Item]) -> list[Outcome]:
     result = []
     for item in items:
         if not len(item.features):
-            result.append(Outcome(item, 0.0, False, False, False))
+            result.append(Outcome(item, 0.0, False, False, False, False))
             continue
         # As answers choose: the likeliest of the quoted sentences.
         chances = np.where(item.quoted, model.chances(item.features), -1.0)
@@ -188,6 +197,7 @@ def outcomes(model: DecidingModel, items: Sequence[Item]) -> list[Outcome]:
                 bool(item.labels[order[0]]),
                 bool(item.labels[order[:3]].any()),
                 bool(item.labels[0]),
+                item.titled_first is not None and bool(item.labels[item.titled_first]),
             )
         )
     return result
@@ -249,6 +259,7 @@ def summary(scored: Sequence[tuple[Outcome, float, float]]) -> dict[str, Any]:
         "closest_holds": _share([o.closest_holds for o, _, _ in answerable]),
         "best_holds": _share([o.best_holds for o, _, _ in answerable]),
         "best3_holds": _share([o.top3_holds for o, _, _ in answerable]),
+        "shown_holds": _share([o.shown_holds for o, _, _ in answerable]),
         "answerable_abstaining": _share([o.confidence < lo for o, lo, _ in answerable]),
         "unanswerable_abstaining": _share([o.confidence < lo for o, lo, _ in unanswerable]),
         "concluded": _share([o.confidence >= hi for o, _, hi in answerable]),
@@ -258,10 +269,10 @@ def summary(scored: Sequence[tuple[Outcome, float, float]]) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     keys = ["answerable", "unanswerable", "shown_first_holds", "closest_holds", "best_holds",
-            "best3_holds", "answerable_abstaining", "unanswerable_abstaining", "concluded",
-            "concluded_best_holds", "abstain_below", "conclude_from"]  # fmt: skip
-    heads = ["ans", "unans", "shown1", "closest", "best", "best3", "abst/a", "abst/u",
-             "concl", "concl ok", "t_abst", "t_concl"]  # fmt: skip
+            "best3_holds", "shown_holds", "answerable_abstaining", "unanswerable_abstaining",
+            "concluded", "concluded_best_holds", "abstain_below", "conclude_from"]  # fmt: skip
+    heads = ["ans", "unans", "shown1", "closest", "best", "best3", "deciding", "abst/a",
+             "abst/u", "concl", "concl ok", "t_abst", "t_concl"]  # fmt: skip
     lines = [f"{'book (held out)':<32}" + "".join(f"{h:>9}" for h in heads)]
     for book, row in report.items():
         cells = "".join(f"{'' if row.get(k) is None else row[k]!s:>9}" for k in keys)

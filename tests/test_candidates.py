@@ -1,5 +1,7 @@
+from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
@@ -10,9 +12,10 @@ from rag.answering.quotes import (
     quoted_sentences,
 )
 from rag.pipeline import Pipeline
+from rag.searching.embedding import SentenceTransformerEmbedder
 from rag.searching.sentences import SentenceVectors, passage_sentences
 from rag.settings import Settings
-from rag.types import Lang
+from rag.types import Hit, Lang
 
 HITS = make_hits(
     "Setup is quick. Each player draws four cards. The hand limit is ten cards. "
@@ -211,3 +214,76 @@ def test_the_question_is_embedded_once_per_answer(settings: Settings) -> None:
     pipeline.ask("What is the hand limit?", "Maximum Apocalypse")  # retrieval and evidence
     assert embedder.queries == 1
     assert not embedder.embed_query("What is the hand limit?").flags.writeable  # shared
+
+
+class TitledEmbedder(FakeEmbedder):
+    """Reads a passage's title as words of it, as EmbeddingGemma's title slot does."""
+
+    def embed_titled(self, texts: Sequence[str], titles: Sequence[str]) -> np.ndarray:
+        return self.embed_passages([f"{t} {x}" for x, t in zip(texts, titles, strict=True)])
+
+
+def titled_hits() -> list[Hit]:
+    alike = "Roll two dice and discard a card."
+    hits = make_hits(alike, alike)
+    return [
+        replace(hit, chunk=replace(hit.chunk, section=("Game", name)))
+        for hit, name in zip(hits, ["Setup", "Stealth"], strict=True)
+    ]
+
+
+def test_a_sentence_read_under_its_sections_name_tells_rules_alike_apart() -> None:
+    hits = titled_hits()
+    embedder = TitledEmbedder()
+    stored, _ = SentenceVectors.embed([hit.chunk for hit in hits], embedder)
+    chooser = CandidateSelector(embedder, lambda: stored)
+    ranked = chooser.rank("stealth roll dice", hits)
+    assert ranked[0].score == ranked[1].score  # the same words: plain closeness ties
+    ordered = chooser.by_titled_closeness("stealth roll dice", ranked)
+    assert [s.hit.chunk.section[-1] for s in ordered] == ["Stealth", "Setup"]
+    assert chooser.by_titled_closeness("setup roll dice", ranked)[0].hit.chunk.section[-1] == (
+        "Setup"
+    )
+
+
+def test_a_model_without_a_title_slot_embeds_the_text_alone() -> None:
+    embedder = FakeEmbedder()
+    texts, titles = ["Roll two dice."], ["Stealth"]
+    assert (embedder.embed_titled(texts, titles) == embedder.embed_passages(texts)).all()
+
+
+def test_embeddinggemmas_title_slot_gets_the_sections_name() -> None:
+    seen: list[str] = []
+
+    class Model:
+        def __init__(self) -> None:
+            self.prompts = {"document": "title: none | text: ", "query": "task: search | query: "}
+
+        def encode(self, texts: list[str], **options: object) -> np.ndarray:
+            assert options["prompt"] == ""  # the title is in the text: no prompt added
+            seen.extend(texts)
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+    embedder = SentenceTransformerEmbedder("gemma", "/nowhere")
+    embedder._model = Model()
+    embedder.embed_titled(["Roll two dice.", "Draw."], ["Stealth", ""])
+    assert seen == ["title: Stealth | text: Roll two dice.", "title: none | text: Draw."]
+
+
+def test_the_deciding_sentence_is_the_quoted_one_closest_read_under_its_section(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = Pipeline(settings, embedder=FakeEmbedder(), generator=ScriptedGenerator())
+    plain = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
+    assert len(plain.quotes) > 1 and plain.quotes[0].deciding
+
+    def last_first(question: str, sentences: Sequence[Sentence]) -> list[Sentence]:
+        return list(reversed(sentences))
+
+    candidates = pipeline.answerer.candidates
+    monkeypatch.setattr(candidates, "by_titled_closeness", last_first)
+    answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
+    deciding = next(q for q in answer.quotes if q.deciding)
+    assert answer.quotes[0] is deciding
+    assert deciding.text != plain.quotes[0].text
+    assert deciding.text in {q.text for q in plain.quotes}  # the same quotes, another first

@@ -168,18 +168,21 @@ def test_a_conclusion_is_shown_only_when_the_deciding_sentence_is_sure() -> None
     assert answer.to_json()["confidence"] == round(answer.confidence or 0, 4)
 
 
-def test_the_deciding_sentence_is_the_likeliest_of_those_quoted() -> None:
+def test_the_deciding_sentence_is_the_closest_quoted_and_the_model_gives_its_confidence() -> None:
     question = Question("what is the hand limit for cards", "en", GAME)
     generator = ScriptedGenerator()
     ranked = ranked_for(question.text, HITS)
     backwards = answerer(generator, conclude_from=1.0)
-    # a model that prefers the furthest of the candidates, among those quoted
+    # a model that prefers the furthest of the candidates chooses nothing: it only says how
+    # likely the closest quoted sentence is to settle the question
     backwards.deciding = model_weighing(closeness=-5.0)
     answer = list(backwards.stream(question, HITS))[-1].answer
     assert answer is not None
     quoted_texts = [q.text for q in answer.quotes]
-    expected = max((s for s in ranked if s.text in quoted_texts), key=lambda s: ranked.index(s))
-    assert answer.quotes[0].deciding and answer.quotes[0].text == expected.text
+    closest = next(s for s in ranked if s.text in quoted_texts)
+    assert answer.quotes[0].deciding and answer.quotes[0].text == closest.text
+    chances = backwards.deciding.chances(sentence_features([closest]))
+    assert answer.confidence == pytest.approx(float(chances[0]))
 
 
 @pytest.mark.parametrize(

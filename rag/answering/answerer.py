@@ -136,9 +136,11 @@ class Answerer:
             yield StreamEvent("answer", answer=self._silent(question, hits, [nothing]))
             return
         quoted = quoted_sentences(question.text, question.lang, ranked, self.settings.quotes)
-        # The deciding sentence is the likeliest of those quoted, the rest of its passage
-        # its context: one from another passage would cite a passage more, as often wrong.
-        best = next(j for j in judged if j.sentence in quoted) if quoted else judged[0]
+        # The deciding sentence is the closest of those quoted read under its section's name,
+        # the rest of its passage its context: one from another passage would cite a passage
+        # more, as often wrong. Its confidence is its plain closeness's calibrated chance.
+        first = self.candidates.by_titled_closeness(question.searched, quoted)[:1]
+        best = next(j for j in judged if j.sentence in (first or ranked[:1]))
         shown = quoted or [best.sentence]
         # Asked about a situation no rule found names, such as a deck running out: the
         # rulebook seems silent on it, and the nearest rules are shown with no conclusion

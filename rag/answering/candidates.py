@@ -11,12 +11,18 @@ embeds only its question.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from rag.searching.embedding import Embedder
 from rag.searching.sentences import SentenceVectors
 from rag.types import Hit
+
+_MOST_TITLED = 4096  # sentences kept embedded under their section's name
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,8 @@ class CandidateSelector:
     def __init__(self, embedder: Embedder, sentences: Callable[[], SentenceVectors]) -> None:
         self.embedder = embedder
         self.sentences = sentences  # the current index's: a rebuild replaces them
+        self._titled: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
 
     def rank(self, question: str, hits: Sequence[Hit]) -> list[Sentence]:
         """Every sentence of the hits, closest to the question first."""
@@ -48,3 +56,23 @@ class CandidateSelector:
                 for position, (text, score) in enumerate(zip(texts, scores, strict=True))
             )
         return sorted(ranked, key=lambda s: s.score, reverse=True)
+
+    def by_titled_closeness(self, question: str, sentences: Sequence[Sentence]) -> list[Sentence]:
+        """The sentences, closest to the question first when each is read under the name
+        of its section, in the context the section gives it ("If the roll is lower, …"
+        under "Stealth"). The quoted few are embedded so at answer time, each once for the
+        life of the process."""
+        keys = [(s.hit.chunk.section[-1], s.text) for s in sentences]
+        with self._lock:
+            missing = list(dict.fromkeys(k for k in keys if k not in self._titled))
+        if missing:
+            vectors = self.embedder.embed_titled([t for _, t in missing], [h for h, _ in missing])
+            with self._lock:
+                self._titled.update(zip(missing, vectors, strict=True))
+                while len(self._titled) > _MOST_TITLED:
+                    self._titled.popitem(last=False)
+        query = self.embedder.embed_query(question)
+        with self._lock:
+            scores = [float(self._titled[k] @ query) if k in self._titled else -1.0 for k in keys]
+        order = sorted(range(len(sentences)), key=lambda i: scores[i], reverse=True)
+        return [sentences[i] for i in order]
