@@ -3,9 +3,10 @@
 passages -> candidates (their sentences, closest to the question first; none close
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
 answers best, or of two for some "when can't I" questions, verbatim) -> deciding (the
-quoted sentence likeliest to settle the question, by a model fitted on gold evidence:
-shown first, marked, with the confidence that decides whether a conclusion is shown; the
-quotes are sent at once) -> situations (a question about something running out, over
+quoted sentence closest to the question when each is read under its section's name: shown
+first, marked, with its chance of settling the question, by a model fitted on gold
+evidence, as the confidence that decides whether a conclusion is shown; the quotes are
+sent at once) -> situations (a question about something running out, over
 passages none of whose sentences speaks of running out: the rulebook seems silent, and no
 conclusion is written) -> selection (with `select` on, the LLM names the quoted sentences
 that answer, none meaning the rulebook is silent; off, the deciding sentence and the next
