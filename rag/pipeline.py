@@ -360,10 +360,15 @@ class Pipeline:
     def time_rendering(self, lang: Lang, game: str, sample: int) -> tuple[int, float | None]:
         """How many sentences of `game`'s rulebook there are to render into `lang`, and the
         seconds one takes, timed on up to `sample` of them spread through the book that are
-        not rendered yet (kept like any other; None: all were)."""
+        not rendered yet (kept like any other; None: all were). One more is rendered first,
+        untimed: the model reads the prompt all renderings share once, and a run of
+        renderings pays that once, not per sentence."""
         texts = list(self._to_render(lang, game).items())
         todo = [(t, g) for t, g in texts if self.answerer.renderer.known(t, lang) is None]
-        spread = todo[:: max(1, len(todo) // sample)][:sample]
+        spread = todo[:: max(1, len(todo) // (sample + 1))][: sample + 1]
+        if spread:
+            first, glossary = spread.pop(0)
+            self._render_checked(first, lang, glossary)
         started = time.perf_counter()
         timed = sum(bool(self._render_checked(text, lang, g)) for text, g in spread)
         return len(texts), (time.perf_counter() - started) / timed if timed else None

@@ -5,6 +5,7 @@ in brackets the first time; an English asker always gets an English line beside 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -364,3 +365,24 @@ def test_asked_again_the_sentence_comes_with_its_terms_already_rendered() -> Non
     assert KILL in first
     assert "已经确定 faction 的角色杀死相同 faction 的角色" in again
     assert "势力 = faction" in again  # still listed
+
+
+def test_the_rendering_time_stated_at_add_leaves_out_the_first_rendering(
+    settings: Settings, tmp_path: Path
+) -> None:
+    class FirstSlow(RenderingGenerator):
+        """Reads the prompt every rendering shares on its first call only, as llama.cpp."""
+
+        def stream(self, prompt: Prompt) -> Iterator[str]:
+            if prompt.task == "render" and not any(p.task == "render" for p in self.prompts):
+                time.sleep(0.5)
+            yield from super().stream(prompt)
+
+    generator = FirstSlow()
+    pipeline = added(settings, tmp_path, generator)
+    pipeline.render_glossary("sanguosha")
+    before = len(generator.prompts)
+    sentences, each = pipeline.time_rendering("en", "sanguosha", 2)
+    rendered = {p.question for p in generator.prompts[before:]}
+    assert len(rendered) == 3  # one untimed, then the two timed
+    assert sentences >= 3 and each is not None and each < 0.25

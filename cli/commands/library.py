@@ -223,7 +223,7 @@ def add(
 
 
 # Sentences timed to say how long rendering a whole book takes.
-_TIMED_SENTENCES = 3
+_TIMED_SENTENCES = 5
 
 
 def _note_renderings(ui: Ui, pipeline: Pipeline, info: GameInfo, render_all: bool) -> None:
