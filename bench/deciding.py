@@ -42,6 +42,7 @@ import numpy as np
 
 from eval.metrics import holds_evidence
 from eval.runner import load_gold
+from rag.answering.answerer import Question
 from rag.answering.deciding import FEATURES, WEIGHTS_FILE, DecidingModel, sentence_features
 from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.errors import GameNotFoundError, InputError
@@ -71,10 +72,11 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                 except (GameNotFoundError, InputError) as exc:
                     print(f"skipped {item.id}: {exc}", file=sys.stderr)
                     continue
-                searched = " ".join([item.question, *pipeline.book_terms(item.question, game)])
+                lang = detect_lang(item.question)
+                terms = pipeline.book_terms(item.question, game)
+                searched = Question(item.question, lang, game, book_terms=terms).searched
                 candidates = pipeline.answerer.candidates
                 ranked = candidates.rank(searched, hits[:passages])
-                lang = detect_lang(item.question)
                 quoted = quoted_sentences(item.question, lang, ranked, most)
                 titled = candidates.by_titled_closeness(searched, quoted)
                 quotes, _ = make_quotes(quoted)

@@ -17,7 +17,7 @@ from typing import Any
 from rag.answering.checks import answer_word
 from rag.lang import detect_lang
 from rag.prompting import phrases
-from rag.reading.glossary import Glossary, term_span
+from rag.reading.glossary import Glossary, said_otherwise
 from rag.types import LANGS, Lang, Quote
 
 # Citation markers ([1], [1, 2], 【1】, [passage 1]) are not prose in either language.
@@ -154,8 +154,7 @@ def terms_rendered_otherwise(quotes: Sequence[Quote], glossary: Glossary | None)
         term.original
         for quote in quotes
         if quote.rendering
-        for term in glossary.used_in([quote.text])
-        if term.rendering and term_span(quote.rendering, term.rendering, glossary.into) is None
+        for term in said_otherwise(glossary.used_in([quote.text]), quote.rendering, glossary.into)
     }
     return len(otherwise)
 

@@ -42,7 +42,14 @@ from rag.answering.glossing import word_by_word
 from rag.generation import Generator
 from rag.lang import CJK_RE, detect_lang
 from rag.prompting import Prompt, fill, phrases, reply_text, system_message
-from rag.reading.glossary import Glossary, Term, other_lang, term_pattern, term_span
+from rag.reading.glossary import (
+    Glossary,
+    Term,
+    other_lang,
+    said_otherwise,
+    term_pattern,
+    term_span,
+)
 from rag.types import LANGS, Check, Lang, Quote
 
 RENDERING_TOKENS = 200  # a long rule sentence in Chinese, with its terms in brackets
@@ -225,7 +232,7 @@ def _not_shown_because(
         return "not in the question's language"
     if lang == "en" and chinese_left(rendered):
         return "Chinese left in the English"
-    changed = [t for t in terms if t.rendering and not term_span(rendered, t.rendering, lang)]
+    changed = said_otherwise(terms, rendered, lang)
     kept = [t for t in terms if t.rendering and t not in changed]
     book = other_lang(lang)
     if not faithful(

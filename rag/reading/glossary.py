@@ -201,6 +201,12 @@ def term_span(text: str, rendering: str, lang: Lang) -> tuple[int, int] | None:
     return None
 
 
+def said_otherwise(terms: Sequence[Term], text: str, lang: Lang) -> list[Term]:
+    """The terms with a fixed rendering that a text in `lang` (a rendering of a sentence
+    using them) does not name as the glossary renders them."""
+    return [t for t in terms if t.rendering and term_span(text, t.rendering, lang) is None]
+
+
 def read_glossary(folder: Path) -> Glossary | None:
     """The glossary kept in a book's folder, if it has one."""
     try:
