@@ -209,7 +209,8 @@ class GenerationSettings(BaseModel):
         description="A question whose conclusion stated a number its quotes do not hold, "
         "and whose closest sentence scores under this, is answered that the rulebook does "
         "not seem to say it (the nearest rule text still shown): such a number was most "
-        "likely made up (suited to the default embedder); 0: never.",
+        "likely made up (suited to the default embedder); 0: never. A conclusion that "
+        "conclude_from keeps from being shown is written only for this, and only under it.",
     )
     reasks: int = Field(
         3,

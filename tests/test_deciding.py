@@ -139,7 +139,7 @@ def answerer(generator: ScriptedGenerator, **settings: float) -> Answerer:
     return Answerer(
         CandidateSelector(embedder, lambda: sentences),
         generator,
-        GenerationSettings(min_sentence_score=0, min_score_unconcluded=0, **settings),
+        GenerationSettings(**{"min_sentence_score": 0, "min_score_unconcluded": 0, **settings}),
         deciding=model_weighing(closeness=5.0),
     )
 
@@ -159,13 +159,22 @@ def test_a_conclusion_is_shown_only_when_the_deciding_sentence_is_sure() -> None
     events = list(answerer(unsure).stream(question, HITS))  # by default: never sure
     answer = events[-1].answer
     assert answer is not None and answer.conclusion is None and not answer.abstained
-    # Written, for what its failing would say of the rulebook's silence, but neither
-    # streamed nor shown: the deciding rule is the answer.
-    assert [p.task for p in unsure.prompts] == ["conclude"]
-    assert "token" not in [e.kind for e in events]
+    # Neither to be shown nor, the closest sentence being close, a sign of silence: the
+    # model is not asked, and the deciding rule is the answer.
+    assert unsure.prompts == []
     assert answer.answer.startswith("Deciding rule: [1]") and "Conclusion" not in answer.answer
     assert ("deciding", False) in [(c.name, c.passed) for c in answer.checks]
     assert answer.to_json()["confidence"] == round(answer.confidence or 0, 4)
+
+    # The closest sentence far: written, for what its failing would say of the rulebook's
+    # silence, but neither streamed nor shown.
+    far = ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}'])
+    events = list(answerer(far, min_score_unconcluded=1.0).stream(question, HITS))
+    answer = events[-1].answer
+    assert [p.task for p in far.prompts] == ["conclude"]
+    assert "token" not in [e.kind for e in events]
+    assert answer is not None and answer.conclusion is None and not answer.abstained
+    assert answer.answer.startswith("Deciding rule: [1]") and "Conclusion" not in answer.answer
 
 
 def test_the_deciding_sentence_is_the_closest_quoted_and_the_model_gives_its_confidence() -> None:
@@ -229,7 +238,7 @@ def test_a_conclusion_rests_on_distinct_sentences_when_the_likeliest_is_not_quot
     model = model_weighing(closeness=direction)
     assert judge(ranked, model)[0].sentence not in quoted  # the case
     generator = ScriptedGenerator()
-    concluding = answerer(generator)
+    concluding = answerer(generator, conclude_from=0.0)
     concluding.deciding = model
     concluding.candidates = CandidateSelector(
         FakeEmbedder(), lambda: SentenceVectors.embed([h.chunk for h in hits], FakeEmbedder())[0]

@@ -14,7 +14,9 @@ two likeliest) -> rendering (of those, for a question in another language, keepi
 book's glossary terms; one that fails its checks is asked for again word for word, and when
 that fails too the glossary's word-by-word line stands beside the rule instead) ->
 conclusion (the LLM answers from those quotes alone, shown and streamed only when the
-deciding sentence's confidence reaches `conclude_from`; a "when can't I X?" question over
+deciding sentence's confidence reaches `conclude_from`, and not asked for at all below it
+unless the closest sentence is far enough for a failed one to say the rulebook is silent;
+a "when can't I X?" question over
 a chosen rule allowing X under a condition gets that condition turned round instead,
 written by no model:
 rewording.unless_frame, and "with N players, how many …?" over a player-count table gets
@@ -220,6 +222,12 @@ class Answerer:
                     best,
                     copied=True,
                 )
+            elif not sure and ranked[0].score >= self.settings.min_score_unconcluded:
+                # Neither shown nor a sign of silence (that needs a far closest sentence):
+                # the model is not asked for it.
+                checks.append(_unsure(best))
+                _, quotes = self._glossed(question, None, basis, quotes, checks)
+                answer = self._answer(question, hits, quotes, checks, "read_the_rule")
             else:
                 reply: list[str] = []
                 prompt = conclusion_prompt(
