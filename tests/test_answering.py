@@ -871,6 +871,36 @@ def test_without_selection_the_closest_quotes_are_rendered_and_concluded_from(
     assert ("selection", True) in [(c.name, c.passed) for c in answer.checks]
 
 
+def test_with_no_conclusion_to_write_only_the_deciding_sentence_is_rendered(
+    settings: Settings,
+) -> None:
+    never = settings.generation.model_copy(update={"conclude_from": 1.0})
+    generator = ScriptedGenerator()
+    pipeline = scripted_pipeline_with(settings.model_copy(update={"generation": never}), generator)
+    events = list(pipeline.ask_stream("What is the hand limit? 手牌上限是多少？", "末日启示录"))
+    answer = events[-1].answer
+    assert answer is not None and len(answer.quotes) > 1
+    # the closest sentence is close (the gate is off on the fake's scale): no conclusion is
+    # written, and only the deciding sentence is rendered (asked twice, as no Chinese came)
+    assert [p.task for p in generator.prompts] == ["render", "render"]
+    deciding = next(q for q in answer.quotes if q.deciding)
+    assert {p.question for p in generator.prompts} == {deciding.text}
+    assert answer.conclusion is None and not answer.abstained
+
+    # another's rendering made before (as `rules render` makes them) is shown, and none is
+    # asked for
+    draw = "Spend 1 action to draw a card from your Survivor deck to your hand."
+    assert [q.deciding for q in answer.quotes if q.text == draw] == [False]
+    rendered = "花费1行动从你的幸存者牌堆中抽一张牌到你的手中。"
+    generator.conclusions = [rendered]
+    pipeline.answerer.renderer.make(draw, "zh")
+    generator.prompts.clear()
+    again = list(pipeline.ask_stream("What is the hand limit? 手牌上限是多少？", "末日启示录"))
+    answer = again[-1].answer
+    assert answer is not None and generator.prompts == []
+    assert [q.rendering for q in answer.quotes if q.text == draw] == [rendered]
+
+
 def test_an_english_question_on_a_chinese_book_gets_english_renderings() -> None:
     from rag.answering.rendering import Renderer
 

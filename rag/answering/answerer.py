@@ -168,6 +168,9 @@ class Answerer:
         concluding = silent_on is None and (
             self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
         )
+        # Written when it may be shown, or when the closest sentence is far enough for a
+        # failing one to say that the rulebook is silent; else no model writes it.
+        writing = concluding and (sure or ranked[0].score < self.settings.min_score_unconcluded)
         if not concluding:  # a situation no rule names, or a yes/no the model is not trusted
             # with: nothing to select for, the deciding sentences are rendered
             chosen, selection_check = list(deciding), silent_on or UNTRUSTED_YES_NO
@@ -183,18 +186,23 @@ class Answerer:
             if question.lang != chosen[0].hit.chunk.lang:
                 # Rendered before the conclusion is written, so that it can restate them: a
                 # conclusion composed from the English alone shares too few words with
-                # renderings made after it for its negations to be checked.
+                # renderings made after it for its negations to be checked. With none to
+                # write, a rendering is made only of the deciding sentence, read first (each
+                # is a model call); the others get one only if it was made before.
                 basis, rendering_check = self.renderer.render_quotes(
-                    basis, question.lang, self._glossary(question)
+                    basis if writing else _selected(quotes, deciding),
+                    question.lang,
+                    self._glossary(question),
+                    making=None if writing else _is_deciding,
                 )
                 checks.append(rendering_check)
                 quotes = _with_renderings(quotes, basis)
                 yield _quotes_event(quotes, question.lang)
-            frame = concluding and unless_frame(question.text, question.lang, deciding[0].text)
+            frame = writing and unless_frame(question.text, question.lang, deciding[0].text)
             unless = _unless_conclusion(frame, basis, chosen, question.lang) if frame else None
             row = (
                 _row_conclusion(question, deciding[0], quotes)
-                if concluding and unless is None
+                if writing and unless is None
                 else None
             )
             if not concluding:
@@ -202,6 +210,10 @@ class Answerer:
                 answer = self._answer(
                     question, hits, quotes, checks, silence or "read_the_rule_yes_no"
                 )
+            elif not writing:  # neither to be shown nor a sign of silence
+                checks.append(_unsure(best))
+                _, quotes = self._glossed(question, None, basis, quotes, checks)
+                answer = self._answer(question, hits, quotes, checks, "read_the_rule")
             elif unless is not None:  # no model call: the rule's own condition, turned round
                 conclusion, composed = unless
                 checks.append(composed)
@@ -222,12 +234,6 @@ class Answerer:
                     best,
                     copied=True,
                 )
-            elif not sure and ranked[0].score >= self.settings.min_score_unconcluded:
-                # Neither shown nor a sign of silence (that needs a far closest sentence):
-                # the model is not asked for it.
-                checks.append(_unsure(best))
-                _, quotes = self._glossed(question, None, basis, quotes, checks)
-                answer = self._answer(question, hits, quotes, checks, "read_the_rule")
             else:
                 reply: list[str] = []
                 prompt = conclusion_prompt(
@@ -520,6 +526,10 @@ def _selected(quotes: Sequence[Quote], chosen: Sequence[Sentence]) -> list[Quote
     not made again."""
     keys = {(s.hit.chunk.id, s.text) for s in chosen}
     return [q for q in quotes if (q.chunk_id, q.text) in keys]
+
+
+def _is_deciding(quote: Quote) -> bool:
+    return quote.deciding
 
 
 def _with_renderings(quotes: Sequence[Quote], rendered: Sequence[Quote]) -> list[Quote]:

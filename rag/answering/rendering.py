@@ -315,6 +315,15 @@ class Renderer:
                 return Rendered(rendered, strict=strict, made=made)
         return Rendered(None, why, made=made)
 
+    def kept(self, text: str, lang: Lang, terms: Sequence[Term] = ()) -> str | None:
+        """The rendering of `text` already made that passes the checks, if any: no model
+        call."""
+        for strict in (False, True):
+            known = self.known(text, lang, strict=strict)
+            if known is not None and _not_shown_because(known, text, lang, terms) is None:
+                return known
+        return None
+
     def render_term(self, term: Term, lang: Lang) -> str | None:
         """The glossary's rendering of a game term into `lang`, made by the model (not kept
         here: the glossary keeps it), if it reads as a term's name in `lang`."""
@@ -336,17 +345,27 @@ class Renderer:
         return rendered if fits else None
 
     def render_quotes(
-        self, quotes: Sequence[Quote], lang: Lang, glossary: Glossary | None = None
+        self,
+        quotes: Sequence[Quote],
+        lang: Lang,
+        glossary: Glossary | None = None,
+        *,
+        making: Callable[[Quote], bool] | None = None,
     ) -> tuple[list[Quote], Check]:
         """The quotes with the renderings that can be shown: in the asker's language,
         faithful to them, and naming the `glossary`'s terms as it renders them. A quote none
         of whose renderings can be shown gets the glossary's word-by-word line instead, when
-        the glossary has words for it."""
+        the glossary has words for it. Renderings are made of the quotes `making` accepts
+        (all when None); the others get one only if it was made before."""
         shown: list[Quote] = []
         dropped: dict[str, list[str]] = {}  # why a rendering is not shown -> its quotes
         strict: list[str] = []
         for quote in quotes:
             terms = glossary.used_in([quote.text]) if glossary and glossary.into == lang else []
+            if making is not None and not making(quote):
+                kept = self.kept(quote.text, lang, terms)
+                shown.append(quote if kept is None else replace(quote, rendering=kept))
+                continue
             rendered = self.checked(quote.text, lang, terms)
             if rendered.text is not None:
                 shown.append(replace(quote, rendering=rendered.text))
