@@ -27,6 +27,7 @@ from eval.metrics import facts_covered, ratio, supported_citations
 from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
+from rag.answering.question import Shape
 from rag.answering.quotes import (
     BY_SENTENCES,
     BY_SENTENCES_AND_PASSAGE,
@@ -57,7 +58,7 @@ def one_passage(most: int, choice: PassageChoice) -> Choice:
 
 def as_answers_choose(most: int) -> Choice:
     """The sentences answers quote (`quoted_sentences`)."""
-    return lambda question, lang, ranked: quoted_sentences(question, lang, ranked, most)
+    return lambda question, lang, ranked: quoted_sentences(Shape.of(question, lang), ranked, most)
 
 
 def first_passage(most: int) -> Choice:

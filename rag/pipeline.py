@@ -14,10 +14,11 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag.answering.answerer import Answerer, Question
+from rag.answering.answerer import Answerer
 from rag.answering.assembly import not_covered_answer
 from rag.answering.candidates import CandidateSelector
 from rag.answering.glossing import Glosser
+from rag.answering.question import Question
 from rag.answering.rendering import RenderingStore
 from rag.backends import embedder_for, make_generator
 from rag.errors import CorpusError, GameNotFoundError, IngestError, InputError

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
-from rag.answering.answerer import Answerer, Question
+from rag.answering.answerer import Answerer
 from rag.answering.assembly import rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.checks import (
@@ -24,6 +24,7 @@ from rag.answering.checks import (
     when_not_check,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
+from rag.answering.question import Question, Shape
 from rag.answering.quotes import make_quotes
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt, selection_schema
@@ -390,13 +391,13 @@ WHEN_NOT = "When doesn't a Fuel card resolve my Fuel objective?"
     ],
 )
 def test_a_question_asking_how_many_or_when_not_is_answered_in_that_shape(
-    check: Callable[[str, str, Lang], Check],
+    check: Callable[[str, Shape], Check],
     question: str,
     lang: Lang,
     conclusion: str,
     passes: bool,
 ) -> None:
-    result = check(conclusion, question, lang)
+    result = check(conclusion, Shape.of(question, lang))
     assert result.passed is passes
     if not passes:
         assert result.detail.startswith("the question asks")
@@ -411,9 +412,9 @@ def test_a_question_asking_how_many_or_when_not_is_answered_in_that_shape(
     ],
 )
 def test_a_question_not_asking_that_shape_is_not_judged_by_it(
-    check: Callable[[str, str, Lang], Check], question: str, lang: Lang
+    check: Callable[[str, Shape], Check], question: str, lang: Lang
 ) -> None:
-    assert check("燃料、食物和弹药三堆。", question, lang).detail == "not asked"
+    assert check("燃料、食物和弹药三堆。", Shape.of(question, lang)).detail == "not asked"
 
 
 def test_numbers_must_appear_in_the_quotes() -> None:

@@ -6,6 +6,7 @@ import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
 from rag.answering.candidates import CandidateSelector, Sentence
+from rag.answering.question import Shape
 from rag.answering.quotes import (
     BY_SENTENCES,
     deciding_sentences,
@@ -159,7 +160,7 @@ BOTH_RANKED = sorted([*WHOLE, *SENTENCES], key=lambda s: s.score, reverse=True)
 def test_a_when_not_question_quotes_both_passages_when_the_two_choices_differ(
     question: str, lang: Lang
 ) -> None:
-    quoted = quoted_sentences(question, lang, BOTH_RANKED, 7)
+    quoted = quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7)
     # the closest half, rounded up, of the sentences' choice; the rest of the other; best first
     assert [(s.passage, s.score) for s in quoted] == [
         (0, 0.55), (1, 0.54), (1, 0.50), (0, 0.40), (0, 0.35), (1, 0.25), (1, 0.22)
@@ -177,14 +178,14 @@ def test_a_when_not_question_quotes_both_passages_when_the_two_choices_differ(
 def test_other_questions_quote_the_passage_that_answers_best_as_a_whole(
     question: str, lang: Lang
 ) -> None:
-    assert {s.passage for s in quoted_sentences(question, lang, BOTH_RANKED, 7)} == {0}
+    assert {s.passage for s in quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7)} == {0}
 
 
 def test_a_when_not_question_quotes_one_passage_when_both_choices_agree() -> None:
     agreed = sorted([*WHOLE, *SENTENCES[1:]], key=lambda s: s.score, reverse=True)
-    quoted = quoted_sentences("when can't I do a stealth test?", "en", agreed, 7)
+    quoted = quoted_sentences(Shape.of("when can't I do a stealth test?", "en"), agreed, 7)
     assert quoted == WHOLE
-    assert quoted_sentences("when can't I do a stealth test?", "en", [], 7) == []
+    assert quoted_sentences(Shape.of("when can't I do a stealth test?", "en"), [], 7) == []
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:

@@ -11,15 +11,17 @@ import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
 from eval.metrics import holds_evidence
-from rag.answering.answerer import Answerer, Question
+from rag.answering.answerer import Answerer
 from rag.answering.assembly import quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
+from rag.answering.checks import CONCLUSION_CHECKS, Draft
 from rag.answering.deciding import FEATURES, DecidingModel, judge, sentence_features
+from rag.answering.question import Question
 from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
 from rag.settings import GenerationSettings
-from rag.types import GameInfo, Hit
+from rag.types import Check, GameInfo, Hit, Lang
 
 GAME = GameInfo("g", "Game", (), "en", "", Path("book"))
 
@@ -232,7 +234,7 @@ def test_a_conclusion_rests_on_distinct_sentences_when_the_likeliest_is_not_quot
         "Trading. Trading happens on a tile with another player present.",
     )
     ranked = ranked_for(question.text, hits)
-    quoted = quoted_sentences(question.text, "en", ranked, 12)
+    quoted = quoted_sentences(question.shape, ranked, 12)
     # weigh closeness whichever way puts an unquoted sentence first
     direction = 5.0 if ranked[0] not in quoted else -5.0
     model = model_weighing(closeness=direction)
@@ -247,3 +249,58 @@ def test_a_conclusion_rests_on_distinct_sentences_when_the_likeliest_is_not_quot
     content = generator.prompts[0].messages[-1]["content"]
     rules = re.findall(r"^\d+\. \([^)]*\) (.*)$", content, re.M)
     assert len(quoted) >= 3 and len(rules) == len(set(rules)) == 3  # three, not two
+
+
+class Refusing:
+    """A conclusion check that refuses every conclusion, reading what it is given."""
+
+    def __init__(self) -> None:
+        self.judged: list[Draft] = []
+
+    def judge(self, draft: Draft) -> Check:
+        self.judged.append(draft)
+        return Check("refusing", False, "refuses everything")
+
+
+def test_a_conclusion_is_shown_only_when_every_check_in_the_list_passes() -> None:
+    question = Question("what is the hand limit for cards", "en", GAME)
+    shown = answerer(ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}']), conclude_from=0)
+    answer = list(shown.stream(question, HITS))[-1].answer
+    assert answer is not None and answer.conclusion
+    # every check of the list judged it, each under its own name
+    names = [c.name for c in answer.checks]
+    assert {"numbers", "negation", "answer_word", "quantity", "when_not", "language"} <= set(names)
+    assert len(CONCLUSION_CHECKS) == len({type(c) for c in CONCLUSION_CHECKS})
+
+    refusing = Refusing()
+    withheld = answerer(
+        ScriptedGenerator(conclusions=['{"conclusion": "{rule}"}']), conclude_from=0
+    )
+    withheld.conclusion_checks = [*CONCLUSION_CHECKS, refusing]
+    answer = list(withheld.stream(question, HITS))[-1].answer
+    assert answer is not None and answer.conclusion is None
+    assert ("refusing", False) in [(c.name, c.passed) for c in answer.checks]
+    # the check read the conclusion written, its quotes and the question parsed once
+    (draft,) = refusing.judged
+    assert draft.text == answer.quotes[0].text and draft.quotes
+    assert draft.question is question and draft.question.shape is question.shape
+
+
+@pytest.mark.parametrize(
+    ("text", "lang", "asks"),
+    [
+        ("Is it immediate?", "en", {"yes_no"}),
+        ("怪物生成在玩家格，是立刻激活吗？", "zh", {"yes_no"}),
+        ("how many wire cards does everyone get?", "en", {"how_many"}),
+        ("when can't I do a stealth test?", "en", {"when_not", "when_not_allowed"}),
+        ("When doesn't a Fuel card resolve my Fuel objective?", "en", {"when_not"}),
+        ("What do I roll?", "en", set()),
+    ],
+)
+def test_a_question_s_shape_is_told_once_from_its_words(
+    text: str, lang: Lang, asks: set[str]
+) -> None:
+    question = Question(text, lang, GAME)
+    shape = question.shape
+    assert {f for f, v in vars(shape).items() if v} == asks
+    assert question.shape is shape  # computed once, carried through the stages

@@ -36,33 +36,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from rag.answering.assembly import Line, not_covered_answer, quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
 from rag.answering.checks import (
-    answer_word_check,
-    language_check,
-    negation_check,
-    numbers_check,
-    own_words_check,
-    quantity_check,
+    CONCLUSION_CHECKS,
+    ConclusionCheck,
+    Draft,
     stated_numbers,
     strip_markers,
-    when_not_check,
 )
 from rag.answering.conclusion import conclusion_prompt, parse_conclusion, stream_conclusion
 from rag.answering.deciding import DecidingModel, Judged, judge
 from rag.answering.glossing import Glosser
+from rag.answering.question import Question
 from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.answering.rendering import Renderer, RenderingStore
-from rag.answering.rewording import (
-    allowing_condition,
-    asks_when_not_allowed,
-    asks_yes_or_no,
-    turned_round,
-    unless_frame,
-)
+from rag.answering.rewording import allowing_condition, turned_round, unless_frame
 from rag.answering.selection import parse_selection, selection_prompt
 from rag.answering.situations import unnamed_situation
 from rag.answering.tables import row_answer
@@ -70,34 +61,11 @@ from rag.generation import Generator
 from rag.prompting import Prompt
 from rag.reading.glossary import Glossary
 from rag.settings import GenerationSettings
-from rag.types import Answer, Check, GameInfo, Hit, Lang, Quote, StreamEvent
+from rag.types import Answer, Check, Hit, Lang, Quote, StreamEvent
 
-COPIED = Check("negation", True, "copied from the quote's cells: no negation of its own")
 UNTRUSTED_YES_NO = Check(
     "yes_no", False, "a yes or no from this model is not trusted (generation.answer_yes_no)"
 )
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    lang: Lang
-    game: GameInfo
-    earlier: str | None = None  # the previous question of a follow-up
-    # The book's own words for the game terms a question in the other language names
-    # (rag.pipeline.Pipeline.book_terms).
-    book_terms: tuple[str, ...] = ()
-
-    @property
-    def in_context(self) -> str:
-        """A follow-up with the question it follows."""
-        return f"{self.earlier} {self.text}" if self.earlier else self.text
-
-    @property
-    def searched(self) -> str:
-        """What candidates are ranked by: the question in context, with the book's words
-        for the terms it names."""
-        return " ".join([self.in_context, *self.book_terms])
 
 
 class Answerer:
@@ -110,6 +78,7 @@ class Answerer:
         glosser: Glosser | None = None,
         deciding: DecidingModel | None = None,
         glossary_of: Callable[[str], Glossary | None] | None = None,
+        conclusion_checks: Sequence[ConclusionCheck] = CONCLUSION_CHECKS,
     ) -> None:
         self.candidates = candidates
         self.deciding = deciding or DecidingModel.shipped()
@@ -118,6 +87,7 @@ class Answerer:
         self.settings = settings
         self.glosser = glosser
         self.glossary_of = glossary_of  # a game's glossary, by its slug
+        self.conclusion_checks = conclusion_checks  # all must pass for it to be shown
 
     def stream(self, question: Question, hits: list[Hit]) -> Iterator[StreamEvent]:
         """Quotes first, then the conclusion's draft tokens, then the final answer (whose
@@ -138,7 +108,7 @@ class Answerer:
             nothing = Check("quotes", False, "the passages found have no sentence to quote")
             yield StreamEvent("answer", answer=self._silent(question, hits, [nothing]))
             return
-        quoted = quoted_sentences(question.text, question.lang, ranked, self.settings.quotes)
+        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes)
         # The deciding sentence is the closest of those quoted read under its section's name,
         # the rest of its passage its context: one from another passage would cite a passage
         # more, as often wrong. Its confidence is its plain closeness's calibrated chance.
@@ -166,7 +136,7 @@ class Answerer:
             return
         sure = best.confidence >= self.settings.conclude_from
         concluding = silent_on is None and (
-            self.settings.answer_yes_no or not asks_yes_or_no(question.text, question.lang)
+            self.settings.answer_yes_no or not question.shape.yes_no
         )
         # Written when it may be shown, or when the closest sentence is far enough for a
         # failing one to say that the rulebook is silent; else no model writes it.
@@ -249,7 +219,7 @@ class Answerer:
                         yield StreamEvent("token", text=text)
                 written = parse_conclusion("".join(reply), question.text, question.lang)
                 # A conclusion written the allowed way round is said as asked.
-                if asks_when_not_allowed(question.text, question.lang):
+                if question.shape.when_not_allowed:
                     as_asked = turned_round(written, question.lang)
                     if as_asked is not None:
                         written = as_asked
@@ -324,17 +294,8 @@ class Answerer:
         conclusion, marker_check = strip_markers(written, [q.n for q in basis])
         checks.append(marker_check)
         if conclusion:
-            names = question.game.names()
-            checks += [
-                numbers_check(conclusion, basis, names),
-                COPIED if copied else negation_check(conclusion, basis),
-                answer_word_check(conclusion, question.text, question.lang),
-                quantity_check(conclusion, question.text, question.lang),
-                when_not_check(conclusion, question.text, question.lang),
-                language_check(conclusion, question.lang),
-            ]
-            if not copied:
-                checks.append(own_words_check(conclusion, question.in_context, basis, names))
+            draft = Draft(conclusion, basis, question, copied)
+            checks += [check.judge(draft) for check in self.conclusion_checks]
         else:
             checks.append(Check("conclusion", False, "the reply held no conclusion"))
         passed = bool(conclusion) and all(

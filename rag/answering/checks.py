@@ -29,10 +29,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from rag.answering.data import tuning, words
-from rag.answering.rewording import asks_how_many, asks_when_not, split_condition
+from rag.answering.question import Question, Shape
+from rag.answering.rewording import split_condition
 from rag.lang import (
     CJK_RE,
     ENGLISH_GLOSS,
@@ -448,12 +449,12 @@ def answer_word_check(conclusion: str, question: str, lang: Lang) -> Check:
 _NO_LIMIT = re.compile(f"{_any_word(EN['no_limit'])}|{'|'.join(ZH['no_limit'])}", re.IGNORECASE)
 
 
-def quantity_check(conclusion: str, question: str, lang: Lang) -> Check:
+def quantity_check(conclusion: str, shape: Shape) -> Check:
     """A question asking how many is answered by a number (or by there being no limit): a
     conclusion without one answers something else ("each player receives the same number
     of Wire cards as the total number of players" to "how many wire cards does everyone
     get?")."""
-    if not asks_how_many(question, lang):
+    if not shape.how_many:
         return Check("quantity", True, "not asked")
     if stated_numbers(conclusion) or _NO_LIMIT.search(conclusion):
         return Check("quantity", True)
@@ -509,12 +510,12 @@ _EN_RESTRICTION = re.compile(_any_word(EN["restriction"]), re.IGNORECASE)
 _ZH_RESTRICTION = re.compile("|".join(ZH["restriction"]))
 
 
-def when_not_check(conclusion: str, question: str, lang: Lang) -> Check:
+def when_not_check(conclusion: str, shape: Shape) -> Check:
     """A question asking only when something does not happen ("when can't I …?") is
     answered by the case in which it does not: a conclusion saying neither "not" nor "only"
     states when it does ("A Map card with a Fuel icon resolves your Fuel objective when …")
     and leaves the player to turn it round, or answers something else."""
-    if not asks_when_not(question, lang):
+    if not shape.when_not:
         return Check("when_not", True, "not asked")
     text = _GLOSS.sub("", conclusion)
     if negations(text) or _EN_RESTRICTION.search(text) or _ZH_RESTRICTION.search(text):
@@ -542,6 +543,77 @@ def language_check(conclusion: str, lang: Lang) -> Check:
     if lang == "en" and chinese_left(conclusion):
         return Check("language", False, "Chinese left in the English")
     return Check("language", True)
+
+
+# --- the conclusion's checks, in the order they run ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A conclusion the model wrote, with what its checks hold it to."""
+
+    text: str
+    quotes: Sequence[Quote]  # the quotes it rests on
+    question: Question
+    copied: bool = False  # copied from a quote's cells: no negation or word of its own
+
+
+class ConclusionCheck(Protocol):
+    """One check a conclusion must pass to be shown."""
+
+    def judge(self, draft: Draft) -> Check: ...
+
+
+COPIED = Check("negation", True, "copied from the quote's cells: no negation of its own")
+
+
+class Numbers:
+    def judge(self, draft: Draft) -> Check:
+        return numbers_check(draft.text, draft.quotes, draft.question.game.names())
+
+
+class Negation:
+    def judge(self, draft: Draft) -> Check:
+        return COPIED if draft.copied else negation_check(draft.text, draft.quotes)
+
+
+class AnswerWord:
+    def judge(self, draft: Draft) -> Check:
+        return answer_word_check(draft.text, draft.question.text, draft.question.lang)
+
+
+class Quantity:
+    def judge(self, draft: Draft) -> Check:
+        return quantity_check(draft.text, draft.question.shape)
+
+
+class WhenNot:
+    def judge(self, draft: Draft) -> Check:
+        return when_not_check(draft.text, draft.question.shape)
+
+
+class Language:
+    def judge(self, draft: Draft) -> Check:
+        return language_check(draft.text, draft.question.lang)
+
+
+class OwnWords:
+    def judge(self, draft: Draft) -> Check:
+        if draft.copied:
+            return Check("own_words", True, "not judged: copied from the quote's cells")
+        question = draft.question
+        return own_words_check(draft.text, question.in_context, draft.quotes, question.game.names())
+
+
+CONCLUSION_CHECKS: tuple[ConclusionCheck, ...] = (
+    Numbers(),
+    Negation(),
+    AnswerWord(),
+    Quantity(),
+    WhenNot(),
+    Language(),
+    OwnWords(),
+)
 
 
 # --- markers -----------------------------------------------------------------------------

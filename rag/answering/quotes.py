@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from rag.answering.candidates import Sentence
 from rag.answering.data import tuning
-from rag.answering.rewording import asks_when_not
-from rag.types import Check, Citation, Hit, Lang, Quote
+from rag.answering.question import Shape
+from rag.types import Check, Citation, Hit, Quote
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,7 @@ def deciding_sentences(
     return best[:most]
 
 
-def quoted_sentences(
-    question: str, lang: Lang, ranked: Sequence[Sentence], most: int
-) -> list[Sentence]:
+def quoted_sentences(shape: Shape, ranked: Sequence[Sentence], most: int) -> list[Sentence]:
     """The `most` sentences an answer quotes, best first: those of the passage that answers
     best by its sentences and as a whole.
 
@@ -91,7 +89,7 @@ def quoted_sentences(
     passage, both are quoted, the closest half (rounded up) of that one: on questions of that
     shape, either choice alone misses rules that both together quote."""
     best = deciding_sentences(ranked, most)
-    if not best or not asks_when_not(question, lang):
+    if not best or not shape.when_not:
         return best
     by_sentences = deciding_sentences(ranked, most, BY_SENTENCES)
     if by_sentences[0].hit.chunk.id == best[0].hit.chunk.id:
