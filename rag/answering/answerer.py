@@ -30,13 +30,17 @@ sentence is far, or stated numbers the model does not state again when asked aga
 a line saying the rulebook does not seem to say). A yes/no question gets no selection and
 no conclusion unless `answer_yes_no` trusts the model's yes or no. With the extractive
 backend no model runs: the quotes are the answer.
+
+`Answerer.stream` runs them in that order: `_found` chooses the sentences before any model
+runs (a `Found`), the quotes are sent, and `_written` has the model write the conclusion.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Generator as Yielding
+from dataclasses import dataclass, replace
 
 from rag.answering.assembly import Line, not_covered_answer, quoted_answer, rule_text
 from rag.answering.candidates import CandidateSelector, Sentence
@@ -68,6 +72,17 @@ UNTRUSTED_YES_NO = Check(
 )
 
 
+@dataclass(frozen=True)
+class Found:
+    """The sentences an answer is made of, chosen before any model runs."""
+
+    ranked: list[Sentence]  # every sentence of the passages found, closest first
+    quoted: list[Sentence]  # those quoted, the rule text
+    best: Judged  # the deciding sentence, with its chance of settling the question
+    basis: list[Sentence]  # it and the next likeliest quoted: what a conclusion rests on
+    silent_on: Check | None  # a situation the question names and no rule found does
+
+
 class Answerer:
     def __init__(
         self,
@@ -93,41 +108,19 @@ class Answerer:
         """Quotes first, then the conclusion's draft tokens, then the final answer (whose
         `timings.generate_s` is the time spent on the model)."""
         started = time.perf_counter()
-        ranked = self.candidates.rank(question.searched, hits[: self.settings.passages])
-        if ranked and ranked[0].score < self.settings.min_sentence_score:
-            far = Check(
-                "closeness",
-                False,
-                f"the closest sentence scores {ranked[0].score:.2f}, under "
-                f"{self.settings.min_sentence_score:.2f}: no sentence answers the question",
-            )
-            yield StreamEvent("answer", answer=self._silent(question, hits, [far]))
+        found = self._found(question, hits)
+        if isinstance(found, Check):
+            yield StreamEvent("answer", answer=self._silent(question, hits, [found]))
             return
-        judged = judge(ranked, self.deciding)
-        if not judged:
-            nothing = Check("quotes", False, "the passages found have no sentence to quote")
-            yield StreamEvent("answer", answer=self._silent(question, hits, [nothing]))
-            return
-        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes)
-        # The deciding sentence is the closest of those quoted read under its section's name,
-        # the rest of its passage its context: one from another passage would cite a passage
-        # more, as often wrong. Its confidence is its plain closeness's calibrated chance.
-        first = self.candidates.by_titled_closeness(question.searched, quoted)[:1]
-        best = next(j for j in judged if j.sentence in (first or ranked[:1]))
-        shown = quoted or [best.sentence]
-        # Asked about a situation no rule found names, such as a deck running out: the
-        # rulebook seems silent on it, and the nearest rules are shown with no conclusion
-        # and none marked as deciding.
-        silent_on = unnamed_situation(question.text, question.lang, [s.text for s in ranked])
+        ranked, best, silent_on = found.ranked, found.best, found.silent_on
         silence: Line | None = None if silent_on is None else "not_answered"
-        quotes, quote_check = make_quotes(shown, None if silent_on else best.sentence)
+        # A rulebook that seems silent marks no sentence as deciding.
+        quotes, quote_check = make_quotes(found.quoted, None if silent_on else best.sentence)
         if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
             return
         yield _quotes_event(quotes, question.lang)
-        # The conclusion rests on the deciding sentence and the next likeliest quoted ones.
-        likeliest = [j.sentence for j in judged if j.sentence in quoted and j is not best]
-        deciding = [best.sentence, *likeliest[: self.settings.basis - 1]]
+        quoted, deciding = found.quoted, found.basis
         if not self.generator.writes:
             checks = [quote_check] if silent_on is None else [quote_check, silent_on]
             answer = self._answer(question, hits, quotes, checks, silence)
@@ -205,39 +198,86 @@ class Answerer:
                     copied=True,
                 )
             else:
-                reply: list[str] = []
-                prompt = conclusion_prompt(
-                    question.text,
-                    question.lang,
-                    basis,
-                    game_title=question.game.title,
-                    earlier_question=question.earlier,
-                    closest_rule=deciding[0].text,
-                )
-                for text in stream_conclusion(self.generator.stream(prompt), reply):
-                    if sure:  # a draft that cannot be shown is not streamed either
-                        yield StreamEvent("token", text=text)
-                written = parse_conclusion("".join(reply), question.text, question.lang)
-                # A conclusion written the allowed way round is said as asked.
-                if question.shape.when_not_allowed:
-                    as_asked = turned_round(written, question.lang)
-                    if as_asked is not None:
-                        written = as_asked
-                        checks.append(Check("unless", True, "the conclusion, turned round"))
-                answer = self._concluded(
-                    question,
-                    hits,
-                    quotes,
-                    basis,
-                    written,
-                    checks,
-                    ranked[0].score,
-                    best,
-                    asked=prompt,
-                )
+                answer = yield from self._written(question, hits, found, quotes, basis, checks)
         answer.timings.generate_s = time.perf_counter() - started
         answer.confidence = best.confidence
         yield StreamEvent("answer", answer=answer)
+
+    def _written(
+        self,
+        question: Question,
+        hits: list[Hit],
+        found: Found,
+        quotes: list[Quote],
+        basis: list[Quote],
+        checks: list[Check],
+    ) -> Yielding[StreamEvent, None, Answer]:
+        """The answer concluded by the model from `basis`, its draft streamed as it is
+        written when it may be shown."""
+        reply: list[str] = []
+        prompt = conclusion_prompt(
+            question.text,
+            question.lang,
+            basis,
+            game_title=question.game.title,
+            earlier_question=question.earlier,
+            closest_rule=found.basis[0].text,
+        )
+        sure = found.best.confidence >= self.settings.conclude_from
+        for text in stream_conclusion(self.generator.stream(prompt), reply):
+            if sure:  # a draft that cannot be shown is not streamed either
+                yield StreamEvent("token", text=text)
+        written = parse_conclusion("".join(reply), question.text, question.lang)
+        # A conclusion written the allowed way round is said as asked.
+        if question.shape.when_not_allowed:
+            as_asked = turned_round(written, question.lang)
+            if as_asked is not None:
+                written = as_asked
+                checks.append(Check("unless", True, "the conclusion, turned round"))
+        return self._concluded(
+            question,
+            hits,
+            quotes,
+            basis,
+            written,
+            checks,
+            found.ranked[0].score,
+            found.best,
+            asked=prompt,
+        )
+
+    def _found(self, question: Question, hits: list[Hit]) -> Found | Check:
+        """The sentences an answer is made of, chosen before any model runs; or the check
+        saying that none answers."""
+        ranked = self.candidates.rank(question.searched, hits[: self.settings.passages])
+        if ranked and ranked[0].score < self.settings.min_sentence_score:
+            return Check(
+                "closeness",
+                False,
+                f"the closest sentence scores {ranked[0].score:.2f}, under "
+                f"{self.settings.min_sentence_score:.2f}: no sentence answers the question",
+            )
+        judged = judge(ranked, self.deciding)
+        if not judged:
+            return Check("quotes", False, "the passages found have no sentence to quote")
+        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes)
+        # The deciding sentence is the closest of those quoted read under its section's name,
+        # the rest of its passage its context: one from another passage would cite a passage
+        # more, as often wrong. Its confidence is its plain closeness's calibrated chance.
+        first = self.candidates.by_titled_closeness(question.searched, quoted)[:1]
+        best = next(j for j in judged if j.sentence in (first or ranked[:1]))
+        # The conclusion rests on the deciding sentence and the next likeliest quoted ones.
+        likeliest = [j.sentence for j in judged if j.sentence in quoted and j is not best]
+        return Found(
+            ranked=ranked,
+            quoted=quoted or [best.sentence],
+            best=best,
+            basis=[best.sentence, *likeliest[: self.settings.basis - 1]],
+            # Asked about a situation no rule found names, such as a deck running out: the
+            # rulebook seems silent on it, and the nearest rules are shown with no
+            # conclusion.
+            silent_on=unnamed_situation(question.text, question.lang, [s.text for s in ranked]),
+        )
 
     def _select(
         self, question: Question, deciding: Sequence[Sentence]
