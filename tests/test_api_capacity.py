@@ -70,9 +70,12 @@ def held_pipeline(pipeline: Pipeline, held: HeldGenerator) -> Iterator[Pipeline]
 
 
 def quiet(pipeline: Pipeline, generator: Generator) -> Pipeline:
-    """The pipeline with `generator`, writing conclusions that can never be shown: no draft
-    is streamed, so a conclusion holds the model between two of the pipeline's events."""
-    generation = pipeline.settings.generation.model_copy(update={"conclude_from": 1.0})
+    """The pipeline with `generator`, writing conclusions that can never be shown, only tell
+    that the rulebook is silent (every closest sentence taken as far): no draft is streamed,
+    so a conclusion holds the model between two of the pipeline's events."""
+    generation = pipeline.settings.generation.model_copy(
+        update={"conclude_from": 1.0, "min_score_unconcluded": 1.0}
+    )
     settings = pipeline.settings.model_copy(update={"generation": generation})
     return Pipeline(settings, embedder=pipeline.embedder, generator=generator)
 
