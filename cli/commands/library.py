@@ -274,7 +274,8 @@ def _note_renderings(ui: Ui, pipeline: Pipeline, info: GameInfo, render_all: boo
             f"{into} renderings: {_duration(each)} a sentence (timed on {_TIMED_SENTENCES}), "
             f"about {_duration(each * sentences)} for all {sentences}: {ahead} (or "
             f"`rules add --render`) makes them ahead; until then a question in {into} waits "
-            "for the sentences its answer rests on."
+            f"about {_duration(each)} for its deciding sentence's rendering (twice that when "
+            "it is asked for again word for word)."
         )
 
 
