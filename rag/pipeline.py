@@ -527,7 +527,8 @@ class Pipeline:
         chunks = chunk_document(document, info)
         sentences = {s for chunk in chunks for s in passage_sentences(chunk.text)}
         rate = self.index_store().seconds_per_text(self.embedder.name)
-        seconds = (len(chunks) + len(sentences)) * (rate or DEFAULT_SECONDS_PER_TEXT)
+        # Each sentence is embedded twice: alone, and read under its section's name.
+        seconds = (len(chunks) + 2 * len(sentences)) * (rate or DEFAULT_SECONDS_PER_TEXT)
         measured = rate is not None
         return PlannedBook(path, info, document, len(chunks), len(sentences), seconds, measured)
 

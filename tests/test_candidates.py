@@ -1,5 +1,6 @@
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from rag.answering.quotes import (
 )
 from rag.pipeline import Pipeline
 from rag.searching.embedding import SentenceTransformerEmbedder
-from rag.searching.sentences import SentenceVectors, passage_sentences
+from rag.searching.sentences import TITLED_FILE, SentenceVectors, passage_sentences
 from rag.settings import Settings
 from rag.types import Hit, Lang
 
@@ -70,21 +71,61 @@ def test_a_sentence_above_a_table_is_not_its_header() -> None:
     assert passage_sentences(text) == ["Use this table.", "2 13 1\n4 15 2", "Missions 2-3"]
 
 
-def test_ranking_embeds_the_question_and_no_sentence() -> None:
-    class Counting(FakeEmbedder):
-        passages = 0
+class Counting(FakeEmbedder):
+    passages = 0
 
-        def embed_passages(self, texts, batch_size=16, progress=None):
-            self.passages += len(texts)
-            return super().embed_passages(texts, batch_size, progress)
+    def embed_passages(self, texts, batch_size=16, progress=None):
+        self.passages += len(texts)
+        return super().embed_passages(texts, batch_size, progress)
 
+
+def test_ranking_and_choosing_the_deciding_sentence_embed_the_question_and_no_sentence() -> None:
     embedder = Counting()
     chosen = selector(embedder)
     embedded_with_the_index = embedder.passages
     chosen.rank("hand limit", HITS)
-    chosen.rank("monsters", HITS)
-    assert embedded_with_the_index == 6
+    ranked = chosen.rank("monsters", HITS)
+    chosen.by_titled_closeness("monsters", ranked)
+    assert embedded_with_the_index == 12  # each sentence alone and under its section's name
     assert embedder.passages == embedded_with_the_index
+
+
+def test_an_index_without_titled_sentences_has_them_embedded_at_answer_time_once(
+    tmp_path: Path,
+) -> None:
+    embedder = Counting()
+    stored, _ = SentenceVectors.embed([hit.chunk for hit in HITS], embedder)
+    stored.save(tmp_path)
+    (tmp_path / TITLED_FILE).unlink()  # as an index built before they were stored
+    old = SentenceVectors.load(tmp_path)
+    assert old.titled == {} and old.texts == stored.texts
+    chosen = CandidateSelector(embedder, lambda: old)
+    before = embedder.passages
+    ranked = chosen.rank("monsters", HITS)
+    first = chosen.by_titled_closeness("monsters", ranked)
+    assert embedder.passages == before + len(ranked)
+    assert chosen.by_titled_closeness("monsters", ranked) == first
+    assert embedder.passages == before + len(ranked)  # kept for the process
+
+
+def test_titled_sentence_vectors_are_saved_loaded_and_reused_by_a_rebuild(
+    tmp_path: Path,
+) -> None:
+    embedder = Counting()
+    chunks = [hit.chunk for hit in HITS]
+    stored, embedded = SentenceVectors.embed(chunks, embedder)
+    assert embedded == 12 and set(stored.titled) == set(stored.texts)
+    stored.save(tmp_path)
+    loaded = SentenceVectors.load(tmp_path)
+    for chunk in chunks:
+        title = chunk.section[-1]
+        texts, _ = loaded.of(chunk.id)
+        expected = embedder.embed_titled(texts, [title] * len(texts))
+        assert np.allclose(loaded.titled[chunk.id], expected)
+        assert loaded.titled_of(chunk.id, 0, title) is not None
+        assert loaded.titled_of(chunk.id, 0, "another section") is None
+    again, embedded = SentenceVectors.embed(chunks, embedder, stored=loaded.by_key())
+    assert embedded == 0 and again.titles == loaded.titles
 
 
 def _sentence(passage: int, position: int, score: float) -> Sentence:

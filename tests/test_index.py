@@ -32,14 +32,23 @@ class CountingEmbedder(FakeEmbedder):
         super().__init__()
         self.name = name
         self.calls: list[list[str]] = []
+        self.titled: list[tuple[str, str]] = []  # the sentences read under section names
 
     def embed_passages(self, texts, batch_size=16, progress=None):  # type: ignore[no-untyped-def]
         self.calls.append(list(texts))
         return super().embed_passages(texts, batch_size, progress)
 
+    def embed_titled(self, texts, titles):  # type: ignore[no-untyped-def]
+        self.titled.extend(zip(titles, texts, strict=True))
+        return super().embed_passages(texts)  # the fake has no title slot; not recorded
+
 
 def _distinct_sentences(chunks: list[Chunk]) -> set[str]:
     return {text for chunk in chunks for text in passage_sentences(chunk.text)}
+
+
+def _titled_sentences(chunks: list[Chunk]) -> set[tuple[str, str]]:
+    return {(c.section[-1], text) for c in chunks for text in passage_sentences(c.text)}
 
 
 class BatchRecorder(FakeEmbedder):
@@ -85,7 +94,9 @@ def test_adding_a_book_embeds_only_its_passages(settings: Settings, rulebook: Pa
     passages, sentences = embedder.calls
     assert len(passages) == len(built.chunks) > 100
     assert sorted(sentences) == sorted(_distinct_sentences(built.chunks))
+    assert sorted(embedder.titled) == sorted(_titled_sentences(built.chunks))
     embedder.calls.clear()
+    embedder.titled.clear()
 
     pipeline.add_book(rulebook, "Pebble Race")
 
@@ -97,7 +108,8 @@ def test_adding_a_book_embeds_only_its_passages(settings: Settings, rulebook: Pa
     assert sorted(text.split("\n", 1)[1] for text in passages) == sorted(c.text for c in own)
     assert (index.manifest["embedded"], index.manifest["reused"]) == (3, len(built.chunks))
     assert set(sentences) == _distinct_sentences(own) - _distinct_sentences(built.chunks)
-    assert index.manifest["sentences_embedded"] == len(sentences) > 0
+    assert set(embedder.titled) == _titled_sentences(own) - _titled_sentences(built.chunks)
+    assert index.manifest["sentences_embedded"] == len(sentences) + len(embedder.titled) > 0
     # Every reused vector is still its own passage's: the same as a build from scratch.
     fresh = settings.model_copy(update={"home": settings.home.parent / "fresh"})
     shutil.copytree(settings.user_books_dir, fresh.user_books_dir)
@@ -111,6 +123,7 @@ def test_adding_a_book_embeds_only_its_passages(settings: Settings, rulebook: Pa
     )
     assert kept.texts == fresh_sentences.texts
     assert all(np.allclose(kept.vectors[i], fresh_sentences.vectors[i]) for i in kept.texts)
+    assert all(np.allclose(kept.titled[i], fresh_sentences.titled[i]) for i in kept.texts)
 
 
 def test_removing_a_book_embeds_nothing(settings: Settings, rulebook: Path) -> None:
@@ -137,7 +150,8 @@ def test_another_embedder_re_embeds_everything(settings: Settings) -> None:
 
     assert index.manifest["embedding_model"] == "another-embedder"
     assert len(other.calls[0]) == len(index.chunks) == index.manifest["embedded"]
-    assert len(other.calls[1]) == index.manifest["sentences_embedded"] > len(index.chunks)
+    assert len(other.calls[1]) + len(other.titled) == index.manifest["sentences_embedded"]
+    assert len(other.calls[1]) > len(index.chunks)
 
 
 def test_a_rebuild_asked_for_re_embeds_everything(settings: Settings) -> None:

@@ -60,11 +60,22 @@ class CandidateSelector:
     def by_titled_closeness(self, question: str, sentences: Sequence[Sentence]) -> list[Sentence]:
         """The sentences, closest to the question first when each is read under the name
         of its section, in the context the section gives it ("If the roll is lower, …"
-        under "Stealth"). The quoted few are embedded so at answer time, each once for the
-        life of the process."""
+        under "Stealth"): as the index stores them, else (an index built before it did)
+        embedded so at answer time, each once for the life of the process."""
         keys = [(s.hit.chunk.section[-1], s.text) for s in sentences]
+        stored = self.sentences()
+        kept = [
+            stored.titled_of(s.hit.chunk.id, s.position, h)
+            for s, (h, _) in zip(sentences, keys, strict=True)
+        ]
         with self._lock:
-            missing = list(dict.fromkeys(k for k in keys if k not in self._titled))
+            missing = list(
+                dict.fromkeys(
+                    k
+                    for k, v in zip(keys, kept, strict=True)
+                    if v is None and k not in self._titled
+                )
+            )
         if missing:
             vectors = self.embedder.embed_titled([t for _, t in missing], [h for h, _ in missing])
             with self._lock:
@@ -73,6 +84,9 @@ class CandidateSelector:
                     self._titled.popitem(last=False)
         query = self.embedder.embed_query(question)
         with self._lock:
-            scores = [float(self._titled[k] @ query) if k in self._titled else -1.0 for k in keys]
+            read = [
+                v if v is not None else self._titled.get(k) for k, v in zip(keys, kept, strict=True)
+            ]
+        scores = [float(v @ query) if v is not None else -1.0 for v in read]
         order = sorted(range(len(sentences)), key=lambda i: scores[i], reverse=True)
         return [sentences[i] for i in order]

@@ -39,8 +39,8 @@ Progress = Callable[[str, int, int], None]
 # first guess at how long adding a rulebook takes, until a build here has measured it.
 DEFAULT_SECONDS_PER_TEXT = 0.06
 
-FORMAT_VERSION = 4  # 2: the manifest counts the passages embedded and reused; 3: sentences;
-# 4: a table of numbers is one sentence
+FORMAT_VERSION = 5  # 2: the manifest counts the passages embedded and reused; 3: sentences;
+# 4: a table of numbers is one sentence; 5: sentences read under their section's name too
 
 
 def corpus_hash(corpus: Corpus) -> str:
