@@ -60,8 +60,8 @@ class CandidateSelector:
     def by_titled_closeness(self, question: str, sentences: Sequence[Sentence]) -> list[Sentence]:
         """The sentences, closest to the question first when each is read under the name
         of its section, in the context the section gives it ("If the roll is lower, …"
-        under "Stealth"): as the index stores them, else (an index built before it did)
-        embedded so at answer time, each once for the life of the process."""
+        under "Stealth"): as the index stores them, else (a store without them) embedded
+        so at answer time, each once for the life of the process."""
         keys = [(s.hit.chunk.section[-1], s.text) for s in sentences]
         stored = self.sentences()
         kept = [

@@ -302,27 +302,23 @@ class Renderer:
                 self._made[(lang, strict, text)] = rendered
         return rendered
 
-    def checked(self, text: str, lang: Lang, terms: Sequence[Term] = ()) -> Rendered:
+    def checked(
+        self, text: str, lang: Lang, terms: Sequence[Term] = (), *, make: bool = True
+    ) -> Rendered:
         """The rendering of `text` that passes the checks: the one made first, else one
-        asked for once more word for word; or why neither does."""
-        made = 0
+        asked for once more word for word; or why neither does. With `make` off, only the
+        renderings already made are read: no model call."""
+        made, why = 0, None
         for strict in (False, True):
             known = self.known(text, lang, strict=strict)
+            if known is None and not make:
+                continue
             rendered = known if known is not None else self.make(text, lang, terms, strict=strict)
             made += known is None
             why = _not_shown_because(rendered, text, lang, terms)
             if why is None:
                 return Rendered(rendered, strict=strict, made=made)
         return Rendered(None, why, made=made)
-
-    def kept(self, text: str, lang: Lang, terms: Sequence[Term] = ()) -> str | None:
-        """The rendering of `text` already made that passes the checks, if any: no model
-        call."""
-        for strict in (False, True):
-            known = self.known(text, lang, strict=strict)
-            if known is not None and _not_shown_because(known, text, lang, terms) is None:
-                return known
-        return None
 
     def render_term(self, term: Term, lang: Lang) -> str | None:
         """The glossary's rendering of a game term into `lang`, made by the model (not kept
@@ -362,11 +358,12 @@ class Renderer:
         strict: list[str] = []
         for quote in quotes:
             terms = glossary.used_in([quote.text]) if glossary and glossary.into == lang else []
-            if making is not None and not making(quote):
-                kept = self.kept(quote.text, lang, terms)
+            make = making is None or making(quote)
+            rendered = self.checked(quote.text, lang, terms, make=make)
+            if not make:  # one made before, or none and nothing said of it
+                kept = rendered.text
                 shown.append(quote if kept is None else replace(quote, rendering=kept))
                 continue
-            rendered = self.checked(quote.text, lang, terms)
             if rendered.text is not None:
                 shown.append(replace(quote, rendering=rendered.text))
                 if rendered.strict:
