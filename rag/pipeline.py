@@ -408,14 +408,22 @@ class Pipeline:
     ) -> tuple[GameInfo, list[Hit]]:
         question = _check_question(question)
         info = self.resolve_game(game, question, history)
+        earlier = self.follows_from(question, info, history)
         query = Corpus.without_names(
-            _with_context(question, self.follows_from(question, info, history)), info
+            _with_context(self.book_spelling(question, info), earlier), info
         )
         query = " ".join([query, *self.book_terms(question, info)])
         hits = self.ensure_index().search(
             query, info.slug, k or self.settings.retrieval.k, reranker=self.reranker
         )
         return info, hits
+
+    def book_spelling(self, question: str, info: GameInfo) -> str:
+        """A question in the book's language with the terms the book abbreviates spelt as
+        the book mostly writes them (EX卡组 for 额外卡组): searched and ranked by that."""
+        if detect_lang(question) != info.language:
+            return question
+        return self.ensure_index().spelling(info.slug).respell(question)
 
     def book_terms(self, question: str, info: GameInfo) -> tuple[str, ...]:
         """The book's own words for the game terms a question in the other language names,
@@ -472,7 +480,14 @@ class Pipeline:
                 question, info.slug, lang, hits, answerer.generator.name, [silent]
             )
         else:
-            asked = Question(question.strip(), lang, info, earlier, self.book_terms(question, info))
+            asked = Question(
+                question.strip(),
+                lang,
+                info,
+                earlier,
+                self.book_terms(question, info),
+                self.book_spelling(question.strip(), info),
+            )
             for event in answerer.stream(asked, hits):
                 if event.kind != "answer":
                     yield event

@@ -42,6 +42,9 @@ class Question:
     # The book's own words for the game terms a question in the other language names
     # (rag.pipeline.Pipeline.book_terms).
     book_terms: tuple[str, ...] = ()
+    # The question with the terms its book abbreviates spelt as the book writes them
+    # (rag.pipeline.Pipeline.book_spelling); None: as asked.
+    book_spelling: str | None = None
 
     @cached_property
     def shape(self) -> Shape:
@@ -50,10 +53,13 @@ class Question:
     @property
     def in_context(self) -> str:
         """A follow-up with the question it follows."""
-        return f"{self.earlier} {self.text}" if self.earlier else self.text
+        return self._after_earlier(self.text)
 
     @property
     def searched(self) -> str:
-        """What candidates are ranked by: the question in context, with the book's words
-        for the terms it names."""
-        return " ".join([self.in_context, *self.book_terms])
+        """What candidates are ranked by: the question in context, spelt as its book spells
+        the terms it abbreviates, with the book's words for the terms it names."""
+        return " ".join([self._after_earlier(self.book_spelling or self.text), *self.book_terms])
+
+    def _after_earlier(self, text: str) -> str:
+        return f"{self.earlier} {text}" if self.earlier else text

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from rag.lang import detect_lang
+from rag.reading.abbreviations import BookSpelling
 from rag.searching.embedding import Embedder
 from rag.searching.index import ChunkIndex
 from rag.searching.lexical import BM25
@@ -43,6 +44,7 @@ class Retriever:
         self.embedder = embedder
         self.settings = settings
         self._bm25: dict[str, BM25] = {}
+        self._spellings: dict[str, BookSpelling] = {}
         self._lock = threading.Lock()
 
     def _lexical(self, slug: str) -> BM25:
@@ -51,6 +53,14 @@ class Retriever:
                 texts = [_lexical_text(c.section, c.text) for c in self.index.chunks_of(slug)]
                 self._bm25[slug] = BM25(texts)
             return self._bm25[slug]
+
+    def spelling(self, slug: str) -> BookSpelling:
+        """The abbreviations a game's book defines, and how it spells them."""
+        with self._lock:
+            if slug not in self._spellings:
+                texts = [_lexical_text(c.section, c.text) for c in self.index.chunks_of(slug)]
+                self._spellings[slug] = BookSpelling.of(texts)
+            return self._spellings[slug]
 
     def dense(self, query: str, slug: str, n: int) -> Ranking:
         return self.index.search(self.embedder.embed_query(query), slug, n)
