@@ -2,8 +2,8 @@
 
 For every gold item (answerable or not) the passages are retrieved and the sentences an
 answer would quote are chosen as answers choose them. Two signals are read for each:
-- closeness: the cosine similarity of the question's closest sentence (what the
-  `generation.min_sentence_score` gate reads today);
+- closeness: the cosine similarity of the question's closest sentence read under its
+  section's name (what the `generation.min_sentence_score` gate reads today);
 - judge: the LLM's probability of "yes" against "no" as its first token, asked whether the
   quoted sentences state the answer (bench/prompts/abstention_judge.txt), read from the
   logits of that one token.
@@ -102,9 +102,10 @@ def judged(
     template: Path,
     keep: Callable[[GoldItem], bool] = lambda _: True,
     prompt_of: PromptOf = judge_prompt,
-) -> Iterator[tuple[str, GoldItem, list[Sentence], float]]:
-    """Each kept item of the gold sets with its gold set's name, its candidate sentences and
-    the judge's P(yes) under `template` (over the sentences an answer quotes, unless
+) -> Iterator[tuple[str, GoldItem, float, float]]:
+    """Each kept item of the gold sets with its gold set's name, the closeness the silence
+    gate reads (its closest candidate sentence, read under its section's name) and the
+    judge's P(yes) under `template` (over the sentences an answer quotes, unless
     `prompt_of` shows others)."""
     pipeline = Pipeline(load_settings())
     judge = YesProbability()
@@ -112,18 +113,19 @@ def judged(
     for gold in golds:
         for item in filter(keep, load_gold(gold)):
             content, ranked = prompt_of(pipeline, text, item)
-            yield gold.name, item, ranked, judge(content)
+            titled = pipeline.answerer.candidates.titled_scores(item.question, ranked)
+            yield gold.name, item, max(titled, default=0.0), judge(content)
 
 
 def run(golds: Sequence[Path]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
-    for gold, item, ranked, p_yes in judged(golds, PROMPT):
+    for gold, item, closest, p_yes in judged(golds, PROMPT):
         rows.append(
             {
                 "gold": gold,
                 "id": item.id,
                 "answerable": item.answerable,
-                "closeness": ranked[0].score if ranked else 0.0,
+                "closeness": closest,
                 "judge": p_yes,
             }
         )

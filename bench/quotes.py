@@ -103,7 +103,8 @@ CHOICES: dict[str, Choice] = {
 }
 
 
-Row = tuple[GoldItem, Lang, str, list[Hit], list[Sentence]]
+# The item, its language, game, hits, ranked sentences and the closeness the gate reads.
+Row = tuple[GoldItem, Lang, str, list[Hit], list[Sentence], float]
 
 
 def _ranked(pipeline: Pipeline, item: GoldItem) -> Row:
@@ -111,15 +112,17 @@ def _ranked(pipeline: Pipeline, item: GoldItem) -> Row:
     the ways of choosing."""
     game, hits = pipeline.retrieve(item.question, item.game)
     gen = pipeline.settings.generation
-    ranked = pipeline.answerer.candidates.rank(item.question, hits[: gen.passages])
-    return item, detect_lang(item.question), game.slug, hits, ranked
+    candidates = pipeline.answerer.candidates
+    ranked = candidates.rank(item.question, hits[: gen.passages])
+    closest = max(candidates.titled_scores(item.question, ranked), default=0.0)
+    return item, detect_lang(item.question), game.slug, hits, ranked, closest
 
 
 def _score(rows: list[Row], choice: Choice, gate: float) -> dict[str, Any]:
     facts: list[bool] = []
     cited = supported = quoted = 0
-    for item, lang, slug, hits, ranked in rows:
-        if not ranked or ranked[0].score < gate:
+    for item, lang, slug, hits, ranked, closest in rows:
+        if closest < gate:
             facts += [False] * len(item.key_facts)
             continue
         quotes, _ = make_quotes(choice(item.question, lang, ranked))

@@ -191,8 +191,9 @@ class GenerationSettings(BaseModel):
     min_sentence_score: float = Field(
         0.39,
         description="Below this cosine similarity between the question and its closest "
-        "sentence the rulebook is taken as silent, rather than answering from an unrelated "
-        "rule (suited to the default embedder; another may need another value); 0: never.",
+        "sentence, each read under its section's name, the rulebook is taken as silent, "
+        "rather than answering from an unrelated rule (suited to the default embedder; "
+        "another may need another value); 0: never.",
     )
     conclude_from: float = Field(
         1.0,

@@ -2,9 +2,10 @@
 the checks that do not trust the model, abstention and the order of what is shown."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
@@ -711,6 +712,42 @@ def test_numbers_the_model_does_not_state_again_seem_silent(settings: Settings) 
     )
     assert not answer.abstained
     assert [len(g.prompts) for g in (misread, restating, trusting)] == [1, 1, 1]
+
+
+class TitledFakeEmbedder(FakeEmbedder):
+    """Reads a sentence under its section's name as the words of both."""
+
+    def embed_titled(self, texts: Sequence[str], titles: Sequence[str]) -> np.ndarray:
+        titled = [f"{title} {text}" for text, title in zip(texts, titles, strict=True)]
+        return self.embed_passages(titled)
+
+
+@pytest.mark.parametrize(
+    ("embedder", "silent"), [(TitledFakeEmbedder(), False), (FakeEmbedder(), True)]
+)
+def test_silence_is_told_by_the_closest_sentence_read_under_its_sections_name(
+    settings: Settings, tmp_path: Path, embedder: FakeEmbedder, silent: bool
+) -> None:
+    book = tmp_path / "sneak.md"
+    book.write_text(
+        "# Sneak\n\n## Stealth\n\nRoll two dice and compare them with your score.\n\n"
+        "## Setup\n\nEach player takes a board.\n",
+        encoding="utf-8",
+    )
+    gate = settings.generation.model_copy(update={"min_sentence_score": 0.2})
+    retrieval = settings.retrieval.model_copy(update={"min_dense_score": 0})
+    pipeline = Pipeline(
+        settings.model_copy(update={"generation": gate, "retrieval": retrieval}),
+        embedder=embedder,
+        generator=ScriptedGenerator(),
+    )
+    pipeline.add_book(book, "Sneak", [])
+    # no word of the rule is in the question: only its section's name says what it is about
+    answer = pipeline.ask("How does stealth work?", "Sneak")
+    assert answer.abstained is silent
+    assert [c.passed for c in answer.checks if c.name == "closeness"] == ([False] if silent else [])
+    if not silent:
+        assert answer.quotes[0].deciding and answer.quotes[0].text.startswith("Roll two dice")
 
 
 def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Settings) -> None:

@@ -319,11 +319,11 @@ def test_the_deciding_sentence_is_the_quoted_one_closest_read_under_its_section(
     plain = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
     assert len(plain.quotes) > 1 and plain.quotes[0].deciding
 
-    def last_first(question: str, sentences: Sequence[Sentence]) -> list[Sentence]:
-        return list(reversed(sentences))
+    def last_closest(question: str, sentences: Sequence[Sentence]) -> list[float]:
+        return [float(n) for n in range(len(sentences))]
 
     candidates = pipeline.answerer.candidates
-    monkeypatch.setattr(candidates, "by_titled_closeness", last_first)
+    monkeypatch.setattr(candidates, "titled_scores", last_closest)
     answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
     deciding = next(q for q in answer.quotes if q.deciding)
     assert answer.quotes[0] is deciding

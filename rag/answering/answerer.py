@@ -250,12 +250,17 @@ class Answerer:
         """The sentences an answer is made of, chosen before any model runs; or the check
         saying that none answers."""
         ranked = self.candidates.rank(question.searched, hits[: self.settings.passages])
-        if ranked and ranked[0].score < self.settings.min_sentence_score:
+        # Read under its section's name, a sentence says what it is about ("Roll two dice."
+        # under "Stealth"): that closeness tells silence better, in either language.
+        scores = self.candidates.titled_scores(question.searched, ranked)
+        titled = {_place(s): score for s, score in zip(ranked, scores, strict=True)}
+        closest = max(titled.values(), default=1.0)
+        if closest < self.settings.min_sentence_score:
             return Check(
                 "closeness",
                 False,
-                f"the closest sentence scores {ranked[0].score:.2f}, under "
-                f"{self.settings.min_sentence_score:.2f}: no sentence answers the question",
+                f"the closest sentence read under its section's name scores {closest:.2f}, "
+                f"under {self.settings.min_sentence_score:.2f}: no sentence answers the question",
             )
         judged = judge(ranked, self.deciding)
         if not judged:
@@ -264,8 +269,8 @@ class Answerer:
         # The deciding sentence is the closest of those quoted read under its section's name,
         # the rest of its passage its context: one from another passage would cite a passage
         # more, as often wrong. Its confidence is its plain closeness's calibrated chance.
-        first = self.candidates.by_titled_closeness(question.searched, quoted)[:1]
-        best = next(j for j in judged if j.sentence in (first or ranked[:1]))
+        first = max(quoted, key=lambda s: titled[_place(s)], default=ranked[0])
+        best = next(j for j in judged if j.sentence == first)
         # The conclusion rests on the deciding sentence and the next likeliest quoted ones.
         likeliest = [j.sentence for j in judged if j.sentence in quoted and j is not best]
         return Found(
@@ -541,3 +546,8 @@ def _with_renderings(quotes: Sequence[Quote], rendered: Sequence[Quote]) -> list
 
 def _quotes_event(quotes: Sequence[Quote], lang: Lang) -> StreamEvent:
     return StreamEvent("quotes", text=rule_text(quotes, lang), quotes=tuple(quotes))
+
+
+def _place(sentence: Sentence) -> tuple[int, int]:
+    """A candidate sentence's place: its passage among the hits, and its place there."""
+    return sentence.passage, sentence.position

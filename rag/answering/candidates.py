@@ -58,8 +58,14 @@ class CandidateSelector:
         return sorted(ranked, key=lambda s: s.score, reverse=True)
 
     def by_titled_closeness(self, question: str, sentences: Sequence[Sentence]) -> list[Sentence]:
-        """The sentences, closest to the question first when each is read under the name
-        of its section, in the context the section gives it ("If the roll is lower, …"
+        """The sentences, closest to the question first by `titled_scores`."""
+        scores = self.titled_scores(question, sentences)
+        order = sorted(range(len(sentences)), key=lambda i: scores[i], reverse=True)
+        return [sentences[i] for i in order]
+
+    def titled_scores(self, question: str, sentences: Sequence[Sentence]) -> list[float]:
+        """Each sentence's cosine similarity with the question when it is read under the
+        name of its section, in the context the section gives it ("If the roll is lower, …"
         under "Stealth"): as the index stores them, else (a store without them) embedded
         so at answer time, each once for the life of the process."""
         keys = [(s.hit.chunk.section[-1], s.text) for s in sentences]
@@ -87,6 +93,4 @@ class CandidateSelector:
             read = [
                 v if v is not None else self._titled.get(k) for k, v in zip(keys, kept, strict=True)
             ]
-        scores = [float(v @ query) if v is not None else -1.0 for v in read]
-        order = sorted(range(len(sentences)), key=lambda i: scores[i], reverse=True)
-        return [sentences[i] for i in order]
+        return [float(v @ query) if v is not None else -1.0 for v in read]
