@@ -73,8 +73,13 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                     print(f"skipped {item.id}: {exc}", file=sys.stderr)
                     continue
                 lang = detect_lang(item.question)
-                terms = pipeline.book_terms(item.question, game)
-                searched = Question(item.question, lang, game, book_terms=terms).searched
+                searched = Question(
+                    item.question,
+                    lang,
+                    game,
+                    book_terms=pipeline.book_terms(item.question, game),
+                    book_spelling=pipeline.book_spelling(item.question, game),
+                ).searched
                 candidates = pipeline.answerer.candidates
                 ranked = candidates.rank(searched, hits[:passages])
                 quoted = quoted_sentences(Shape.of(item.question, lang), ranked, most)
