@@ -29,8 +29,7 @@ from rag.answering.question import Question, Shape
 from rag.answering.quotes import make_quotes
 from rag.answering.rewording import asks_yes_or_no
 from rag.answering.selection import parse_selection, selection_prompt, selection_schema
-from rag.answering.situations import unnamed_situation
-from rag.generation import ExtractiveGenerator, Generator
+from rag.generation import Generator
 from rag.pipeline import Pipeline
 from rag.prompting import phrases
 from rag.searching.sentences import SentenceVectors
@@ -765,87 +764,6 @@ def test_a_question_far_from_every_sentence_abstains_before_the_llm(settings: Se
     assert answer is not None and answer.abstained and answer.passages
     assert [(c.name, c.passed) for c in answer.checks] == [("closeness", False)]
     assert generator.prompts == []  # the model was not asked
-
-
-ATTACK_DECK_RULES = (
-    "Attack deck. At the start of the enemy phase, draw the top card of the attack deck.",
-    "Each attack card shows the damage it deals and the players it targets.",
-)
-ATTACK_DECK = make_hits(*ATTACK_DECK_RULES)
-EXTRACTIVE = ExtractiveGenerator()
-
-
-@pytest.mark.parametrize(
-    ("question", "lang"),
-    [
-        ("What happens when the attack deck runs out?", "en"),
-        ("what if the attack deck is empty", "en"),
-        ("I have to draw but my hand and deck are already empty", "en"),
-        ("I'm out of attack cards, what now?", "en"),
-        ("can the enemy still attack if the attack deck has none left", "en"),
-        ("There are no more attack cards. Now what?", "en"),
-        ("攻击牌堆抽光了怎么办？", "zh"),
-        ("如果攻击牌用完了，要重新洗牌吗？", "zh"),
-        ("攻击牌堆已经空了，接下来打谁？", "zh"),
-    ],
-)
-def test_a_question_on_running_out_over_rules_that_never_name_it_finds_them_silent(
-    question: str, lang: Lang
-) -> None:
-    rules = list(ATTACK_DECK_RULES)
-    check = unnamed_situation(question, lang, rules)
-    assert check is not None and not check.passed and "running out" in check.detail
-    # A rule saying what happens when one runs out, in either language, answers it.
-    for rule in (
-        "If the event deck ever runs out, shuffle the discards to form a new deck.",
-        "When no attack cards remain, reshuffle them.",
-        "If none remain, the enemy skips its attack.",
-        "攻击牌堆抽完后，将弃牌堆重新洗混。",
-    ):
-        assert unnamed_situation(question, lang, [*rules, rule]) is None
-
-
-@pytest.mark.parametrize(
-    ("question", "lang"),
-    [
-        ("What does the attack deck do?", "en"),
-        ("My HP hit zero, am I out of the game?", "en"),
-        ("Can I take no more than two attack cards?", "en"),
-        ("Can an enemy attack me from an empty space?", "en"),  # a place, not a supply
-        ("How do I get out of the attack zone?", "en"),
-        # running out of what a turn spends: settled by what things cost
-        ("I ran out of AP, can I still attack?", "en"),
-        ("when I'm out of actions does my turn end?", "en"),
-        ("我的行动点用完了还能攻击吗？", "zh"),
-        ("I have no more moves I want to make, can I attack now?", "en"),
-        ("每回合必须把4个行动都用完吗？", "zh"),  # using all one's actions: no running out
-        ("怪物走了以后格子空了，我能搜刮吗？", "zh"),  # an empty tile, not a supply
-    ],
-)
-def test_a_question_on_no_running_out_is_not_judged_by_it(question: str, lang: Lang) -> None:
-    assert unnamed_situation(question, lang, list(ATTACK_DECK_RULES)) is None
-
-
-def test_a_question_on_running_out_the_rules_found_never_name_abstains_before_the_llm() -> None:
-    generator = ScriptedGenerator(conclusions=['{"conclusion": "Shuffle the attack discards."}'])
-    answer = answer_to("What happens when the attack deck runs out?", ATTACK_DECK, generator)
-    assert answer.abstained and answer.conclusion is None
-    assert answer.answer.startswith(phrases("en")["not_answered"])
-    # The nearest rules stay on screen, verified, for the player to check.
-    assert answer.quotes and all(q.text in answer.answer for q in answer.quotes)
-    assert ("situation", False) in [(c.name, c.passed) for c in answer.checks]
-    assert generator.prompts == []  # the model was not asked
-    # Found beside a rule on running out, the same question is concluded from the rules.
-    found = make_hits(
-        "If the attack deck runs out, shuffle the attack discards into a new deck.",
-        *ATTACK_DECK_RULES,
-    )
-    answered = answer_to("What happens when the attack deck runs out?", found, generator)
-    assert not answered.abstained and generator.prompts
-    # With no model, the quotes say the same.
-    quoted = answer_to("What happens when the attack deck runs out?", ATTACK_DECK, EXTRACTIVE)
-    assert quoted.abstained and quoted.quotes
-    assert quoted.answer.startswith(phrases("en")["not_answered"])
 
 
 def test_the_llm_selection_chooses_what_the_conclusion_rests_on(settings: Settings) -> None:

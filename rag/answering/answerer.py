@@ -6,9 +6,7 @@ answers best, or of two for some "when can't I" questions, verbatim) -> deciding
 quoted sentence closest to the question when each is read under its section's name: shown
 first, marked, with its chance of settling the question, by a model fitted on gold
 evidence, as the confidence that decides whether a conclusion is shown; the quotes are
-sent at once) -> situations (a question about something running out, over
-passages none of whose sentences speaks of running out: the rulebook seems silent, and no
-conclusion is written) -> selection (with `select` on, the LLM names the quoted sentences
+sent at once) -> selection (with `select` on, the LLM names the quoted sentences
 that answer, none meaning the rulebook is silent; off, the deciding sentence and the next
 two likeliest) -> rendering (of those, for a question in another language, keeping the
 book's glossary terms; one that fails its checks is asked for again word for word, and when
@@ -59,7 +57,6 @@ from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.answering.rendering import Renderer, RenderingStore
 from rag.answering.rewording import allowing_condition, turned_round, unless_frame
 from rag.answering.selection import parse_selection, selection_prompt
-from rag.answering.situations import unnamed_situation
 from rag.answering.tables import row_answer
 from rag.generation import Generator
 from rag.prompting import Prompt
@@ -80,7 +77,6 @@ class Found:
     quoted: list[Sentence]  # those quoted, the rule text
     best: Judged  # the deciding sentence, with its chance of settling the question
     basis: list[Sentence]  # it and the next likeliest quoted: what a conclusion rests on
-    silent_on: Check | None  # a situation the question names and no rule found does
 
 
 class Answerer:
@@ -112,31 +108,26 @@ class Answerer:
         if isinstance(found, Check):
             yield StreamEvent("answer", answer=self._silent(question, hits, [found]))
             return
-        ranked, best, silent_on = found.ranked, found.best, found.silent_on
-        silence: Line | None = None if silent_on is None else "not_answered"
-        # A rulebook that seems silent marks no sentence as deciding.
-        quotes, quote_check = make_quotes(found.quoted, None if silent_on else best.sentence)
+        ranked, best = found.ranked, found.best
+        quotes, quote_check = make_quotes(found.quoted, best.sentence)
         if not quotes:
             yield StreamEvent("answer", answer=self._silent(question, hits, [quote_check]))
             return
         yield _quotes_event(quotes, question.lang)
         quoted, deciding = found.quoted, found.basis
         if not self.generator.writes:
-            checks = [quote_check] if silent_on is None else [quote_check, silent_on]
-            answer = self._answer(question, hits, quotes, checks, silence)
+            answer = self._answer(question, hits, quotes, [quote_check])
             answer.confidence = best.confidence
             yield StreamEvent("answer", answer=answer)
             return
         sure = best.confidence >= self.settings.conclude_from
-        concluding = silent_on is None and (
-            self.settings.answer_yes_no or not question.shape.yes_no
-        )
+        concluding = self.settings.answer_yes_no or not question.shape.yes_no
         # Written when it may be shown, or when the closest sentence is far enough for a
         # failing one to say that the rulebook is silent; else no model writes it.
         writing = concluding and (sure or ranked[0].score < self.settings.min_score_unconcluded)
-        if not concluding:  # a situation no rule names, or a yes/no the model is not trusted
-            # with: nothing to select for, the deciding sentences are rendered
-            chosen, selection_check = list(deciding), silent_on or UNTRUSTED_YES_NO
+        if not concluding:  # a yes/no the model is not trusted with: nothing to select
+            # for, the deciding sentences are rendered
+            chosen, selection_check = list(deciding), UNTRUSTED_YES_NO
         elif self.settings.select:
             chosen, selection_check = self._select(question, quoted)
         else:
@@ -170,9 +161,7 @@ class Answerer:
             )
             if not concluding:
                 _, quotes = self._glossed(question, None, basis, quotes, checks)
-                answer = self._answer(
-                    question, hits, quotes, checks, silence or "read_the_rule_yes_no"
-                )
+                answer = self._answer(question, hits, quotes, checks, "read_the_rule_yes_no")
             elif not writing:  # neither to be shown nor a sign of silence
                 checks.append(_unsure(best))
                 _, quotes = self._glossed(question, None, basis, quotes, checks)
@@ -278,10 +267,6 @@ class Answerer:
             quoted=quoted or [best.sentence],
             best=best,
             basis=[best.sentence, *likeliest[: self.settings.basis - 1]],
-            # Asked about a situation no rule found names, such as a deck running out: the
-            # rulebook seems silent on it, and the nearest rules are shown with no
-            # conclusion.
-            silent_on=unnamed_situation(question.text, question.lang, [s.text for s in ranked]),
         )
 
     def _select(
@@ -460,9 +445,9 @@ class Answerer:
         line: Line | None = None,
     ) -> Answer:
         """The quotes without a conclusion, none having been asked for: the answer itself
-        (no model), or (`read_the_rule_yes_no`) the rule that decides a yes or no the model
-        is not trusted to give, which the player is told to read, or (`not_answered`) the
-        rules nearest a situation that none of them names."""
+        (no model), or the rule the player is told to read (`line`): one that decides a yes
+        or no the model is not trusted to give (`read_the_rule_yes_no`), or one no
+        conclusion was sure enough to be shown beside (`read_the_rule`)."""
         return quoted_answer(
             question.text,
             question.game.slug,
