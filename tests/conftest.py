@@ -178,6 +178,14 @@ def real_settings(settings: Settings) -> Settings:
     )
 
 
+def ungated(settings: Settings) -> Settings:
+    """The settings with no closeness gate: the Chinese stealth question's closest sentence,
+    read under its section's name, scores just under the default gate, which takes the
+    rulebook as silent on it; what these tests read is what answers it."""
+    generation = settings.generation.model_copy(update={"min_sentence_score": 0.0})
+    return settings.model_copy(update={"generation": generation})
+
+
 @pytest.fixture
 def pipeline(settings: Settings) -> Pipeline:
     """The real pipeline over the real corpus with the fake embedder and extractive answers."""

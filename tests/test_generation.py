@@ -3,7 +3,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedGenerator, make_hits
+from conftest import ScriptedGenerator, make_hits, ungated
 
 from rag.answering.candidates import Sentence
 from rag.answering.conclusion import conclusion_prompt
@@ -166,7 +166,7 @@ def test_the_stealth_question_is_answered_the_right_way_round(
     """The deciding rule is quoted, and the conclusion says when the test cannot be taken:
     not unless the rule's condition holds (rewording.unless_frame), never forbidding it
     when no monster card is attached."""
-    answer = Pipeline(concluding(real_settings)).ask(question, "Maximum Apocalypse")
+    answer = Pipeline(ungated(concluding(real_settings))).ask(question, "Maximum Apocalypse")
     assert answer.backend == "llama:qwen2.5-1.5b-instruct" and not answer.abstained
     assert "Encountering monster tokens" in {q.label for q in answer.quotes}
     assert all(q.text in answer.answer for q in answer.quotes)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FakeEmbedder
+from conftest import FakeEmbedder, ungated
 
 from rag.errors import GameNotFoundError, IndexError_, InputError, ModelError
 from rag.generation import ExtractiveGenerator, Generator
@@ -158,7 +158,7 @@ def test_chinese_question_retrieves_english_passage_with_real_embedder(
 def test_chinese_question_quotes_the_deciding_english_sentence(
     real_settings: Settings,
 ) -> None:
-    pipe = Pipeline(real_settings)
+    pipe = Pipeline(ungated(real_settings))
     events = list(pipe.ask_stream("什么时候不能进行潜行判定？", "末日启示录", conclude=False))
     quotes = events[-1].answer.quotes if events[-1].answer else []
     assert any("DO NOT have any monster cards attached" in q.text for q in quotes)
