@@ -2,7 +2,7 @@
 
 passages -> candidates (their sentences, closest to the question first; none close
 enough: the rulebook is silent) -> quotes (the closest sentences of the passage that
-answers best, or of two for some "when can't I" questions, verbatim) -> deciding (the
+answers best, verbatim) -> deciding (the
 quoted sentence closest to the question when each is read under its section's name: shown
 first, marked, with its chance of settling the question, by a model fitted on gold
 evidence, as the confidence that decides whether a conclusion is shown; the quotes are
@@ -254,7 +254,7 @@ class Answerer:
         judged = judge(ranked, self.deciding)
         if not judged:
             return Check("quotes", False, "the passages found have no sentence to quote")
-        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes)
+        quoted = quoted_sentences(ranked, self.settings.quotes)
         # The deciding sentence is the closest of those quoted read under its section's name,
         # the rest of its passage its context: one from another passage would cite a passage
         # more, as often wrong. Its confidence is its plain closeness's calibrated chance.
