@@ -79,13 +79,6 @@ class BookSpelling:
                 question = self._respelt(question, said, written)
         return question
 
-    def spelt_out(self, text: str) -> str:
-        """The text with every short form in its long one (EX卡组 -> 额外卡组): what it
-        abbreviates, as a reader of another language knows it."""
-        for abbreviation in self.abbreviations:
-            text = _form(abbreviation.short).sub(abbreviation.long, text)
-        return text
-
     def _respelt(self, question: str, said: str, written: str) -> str:
         pieces, last = [], 0
         for match in _form(said).finditer(question):
