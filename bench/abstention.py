@@ -26,9 +26,11 @@ import numpy as np
 from eval import DEFAULT_GOLD
 from eval.runner import GoldItem, gold_set_parser, load_gold
 from rag.answering.candidates import Sentence
+from rag.answering.question import Shape
 from rag.answering.quotes import quoted_sentences
 from rag.answering.selection import numbered
 from rag.generation import make_llama_generator
+from rag.lang import detect_lang
 from rag.pipeline import Pipeline
 from rag.prompting import fill, system_message
 from rag.settings import load_settings
@@ -82,7 +84,8 @@ def judge_prompt(pipeline: Pipeline, template: str, item: GoldItem) -> tuple[str
     generation = pipeline.settings.generation
     game, hits = pipeline.retrieve(item.question, item.game)
     ranked = pipeline.answerer.candidates.rank(item.question, hits[: generation.passages])
-    deciding = quoted_sentences(ranked, generation.quotes)
+    lang = detect_lang(item.question)
+    deciding = quoted_sentences(Shape.of(item.question, lang), ranked, generation.quotes)
     content = fill(
         template, "judge", game_title=game.title,
         sentences=numbered(deciding), question=item.question,

@@ -43,7 +43,7 @@ import numpy as np
 from eval.metrics import holds_evidence
 from eval.runner import load_gold
 from rag.answering.deciding import FEATURES, WEIGHTS_FILE, DecidingModel, sentence_features
-from rag.answering.question import Question
+from rag.answering.question import Question, Shape
 from rag.answering.quotes import make_quotes, quoted_sentences
 from rag.errors import GameNotFoundError, InputError
 from rag.lang import detect_lang
@@ -82,7 +82,7 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                 ).searched
                 candidates = pipeline.answerer.candidates
                 ranked = candidates.rank(searched, hits[:passages])
-                quoted = quoted_sentences(ranked, most)
+                quoted = quoted_sentences(Shape.of(item.question, lang), ranked, most)
                 titled = candidates.by_titled_closeness(searched, quoted)
                 quotes, _ = make_quotes(quoted)
                 shown_first = quotes[0].text if quotes else None

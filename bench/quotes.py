@@ -27,9 +27,12 @@ from eval.metrics import facts_covered, ratio, supported_citations
 from eval.runner import GoldItem, format_value, gold_set_parser, load_gold
 from rag.answering.assembly import quoted_answer
 from rag.answering.candidates import Sentence
+from rag.answering.question import Shape
 from rag.answering.quotes import (
+    BY_SENTENCES,
     BY_SENTENCES_AND_PASSAGE,
     PassageChoice,
+    deciding_sentences,
     make_quotes,
     quoted_sentences,
 )
@@ -38,29 +41,31 @@ from rag.pipeline import Pipeline
 from rag.settings import load_settings
 from rag.types import Hit, Lang
 
-# A way of choosing: the quoted sentences from a question's ranked candidate sentences.
-Choice = Callable[[Sequence[Sentence]], list[Sentence]]
+# A way of choosing: the quoted sentences for a question (in its language) from its ranked
+# candidate sentences.
+Choice = Callable[[str, Lang, Sequence[Sentence]], list[Sentence]]
 
 
 def closest_of_all(most: int) -> Choice:
     """The closest sentences of all passages (the first quote layer, kept to compare against)."""
-    return lambda ranked: list(ranked[:most])
+    return lambda question, lang, ranked: list(ranked[:most])
 
 
 def one_passage(most: int, choice: PassageChoice) -> Choice:
     """The closest sentences of the passage that answers best by `choice`."""
-    return lambda ranked: quoted_sentences(ranked, most, choice)
+    return lambda question, lang, ranked: deciding_sentences(ranked, most, choice)
+
+
+def as_answers_choose(most: int) -> Choice:
+    """The sentences answers quote (`quoted_sentences`)."""
+    return lambda question, lang, ranked: quoted_sentences(Shape.of(question, lang), ranked, most)
 
 
 def first_passage(most: int) -> Choice:
     """The closest sentences of the passage retrieval ranked first."""
-    return lambda ranked: [s for s in ranked if s.passage == 0][:most]
+    return lambda question, lang, ranked: [s for s in ranked if s.passage == 0][:most]
 
 
-# By its two closest sentences alone, then with the passage's other signals.
-BY_SENTENCES = PassageChoice(
-    summed=2, passage_weight=0.0, lexical_weight=0.0, rank_penalty=0.0, lone_weight=0.0
-)
 # (passage_weight, lexical_weight, rank_penalty) around the default's.
 WEIGHTS = [(0, 0, 0.04), (0.5, 0, 0), (0.5, 0, 0.04), (0.5, 0.1, 0.04), (0.25, 0.1, 0.04),
            (1.0, 0.1, 0.04), (0.5, 0.1, 0.02)]  # fmt: skip
@@ -90,6 +95,11 @@ CHOICES: dict[str, Choice] = {
         )
         for lone in (0.3, 0.35, 0.4, 0.45, 0.5)
     },
+    **{
+        f"as answers choose (both passages for when-not questions they disagree on), "
+        f"{most} quotes": as_answers_choose(most)
+        for most in (7, 10, 12, 15)
+    },
 }
 
 
@@ -115,7 +125,7 @@ def _score(rows: list[Row], choice: Choice, gate: float) -> dict[str, Any]:
         if closest < gate:
             facts += [False] * len(item.key_facts)
             continue
-        quotes, _ = make_quotes(choice(ranked))
+        quotes, _ = make_quotes(choice(item.question, lang, ranked))
         answer = quoted_answer(
             item.question, slug, lang, quotes=quotes, conclusion=None,
             checks=[], hits=hits, backend="bench",

@@ -163,7 +163,8 @@ class GenerationSettings(BaseModel):
         12,
         ge=1,
         description="Most sentences quoted, the closest to the question of the one passage "
-        "that answers best; the conclusion rests on `basis` of them. Most passages have fewer and "
+        "that answers best (of two for a 'when can't I' question that two ways of choosing "
+        "disagree on); the conclusion rests on `basis` of them. Most passages have fewer and "
         "are quoted whole; the limit is high enough to keep a long passage's key facts and "
         "low enough to keep the prompt short.",
     )

@@ -7,12 +7,17 @@ import pytest
 from conftest import FakeEmbedder, ScriptedGenerator, make_hits
 
 from rag.answering.candidates import CandidateSelector, Sentence
-from rag.answering.quotes import PassageChoice, quoted_sentences
+from rag.answering.question import Shape
+from rag.answering.quotes import (
+    BY_SENTENCES,
+    deciding_sentences,
+    quoted_sentences,
+)
 from rag.pipeline import Pipeline
 from rag.searching.embedding import SentenceTransformerEmbedder
 from rag.searching.sentences import TITLED_FILE, SentenceVectors, passage_sentences
 from rag.settings import Settings
-from rag.types import Hit
+from rag.types import Hit, Lang
 
 HITS = make_hits(
     "Setup is quick. Each player draws four cards. The hand limit is ten cards. "
@@ -123,12 +128,6 @@ def test_titled_sentence_vectors_are_saved_loaded_and_reused_by_a_rebuild(
     assert embedded == 0 and again.titles == loaded.titles
 
 
-# Which passage's sentences are quoted, by its two closest sentences alone.
-BY_SENTENCES = PassageChoice(
-    summed=2, passage_weight=0.0, lexical_weight=0.0, rank_penalty=0.0, lone_weight=0.0
-)
-
-
 def _sentence(passage: int, position: int, score: float) -> Sentence:
     hit = HITS[passage]
     return Sentence(hit, passage, position, f"sentence {position} of {hit.chunk.id}", score)
@@ -138,36 +137,36 @@ def test_by_sentences_quotes_come_from_the_passage_whose_two_closest_are_closest
     ranked = [_sentence(1, 0, 0.70), _sentence(0, 2, 0.65), _sentence(1, 1, 0.40),
               _sentence(0, 0, 0.50), _sentence(1, 2, 0.30)]  # fmt: skip
     # passage 0: 0.65 + 0.50 beats passage 1: 0.70 + 0.40
-    chosen = quoted_sentences(ranked, 5, BY_SENTENCES)
+    chosen = deciding_sentences(ranked, 5, BY_SENTENCES)
     assert [(s.passage, s.position) for s in chosen] == [(0, 2), (0, 0)]
     by_closest = replace(BY_SENTENCES, summed=1)
-    assert [s.passage for s in quoted_sentences(ranked, 5, by_closest)] == [1, 1, 1]
-    assert len(quoted_sentences(ranked, 2, by_closest)) == 2
+    assert [s.passage for s in deciding_sentences(ranked, 5, by_closest)] == [1, 1, 1]
+    assert len(deciding_sentences(ranked, 2, by_closest)) == 2
 
 
 def test_with_a_rank_penalty_a_passage_ranked_lower_must_be_closer_by_more() -> None:
     first = [_sentence(0, 0, 0.60), _sentence(0, 1, 0.50)]
     second = [_sentence(1, 0, 0.62), _sentence(1, 1, 0.52)]  # 0.04 closer, a place lower
     penalised = replace(BY_SENTENCES, rank_penalty=0.05)
-    assert {s.passage for s in quoted_sentences([*second, *first], 5, penalised)} == {0}
-    assert {s.passage for s in quoted_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, penalised)} == {0}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
 
 
 def test_a_one_sentence_passage_adds_up_one_sentence() -> None:
     glossary = [_sentence(0, 0, 0.54)]  # an entry echoing the question's words
     rule = [_sentence(1, 0, 0.49), _sentence(1, 1, 0.45)]
-    assert {s.passage for s in quoted_sentences([*glossary, *rule], 5, BY_SENTENCES)} == {1}
-    assert quoted_sentences([], 5) == []
+    assert {s.passage for s in deciding_sentences([*glossary, *rule], 5, BY_SENTENCES)} == {1}
+    assert deciding_sentences([], 5) == []
 
 
 def test_a_one_sentence_passage_may_count_its_sentence_again() -> None:
     definition = [_sentence(0, 0, 0.60)]  # 0.60 + 0.4 x 0.60 = 0.84
     rule = [_sentence(1, 0, 0.50), _sentence(1, 1, 0.30)]  # 0.80
     lone = replace(BY_SENTENCES, lone_weight=0.4)
-    assert {s.passage for s in quoted_sentences([*definition, *rule], 5, lone)} == {0}
-    assert {s.passage for s in quoted_sentences([*definition, *rule], 5, BY_SENTENCES)} == {1}
+    assert {s.passage for s in deciding_sentences([*definition, *rule], 5, lone)} == {0}
+    assert {s.passage for s in deciding_sentences([*definition, *rule], 5, BY_SENTENCES)} == {1}
     closer_rule = [_sentence(1, 0, 0.50), _sentence(1, 1, 0.40)]  # 0.90: two close ones win
-    assert {s.passage for s in quoted_sentences([*definition, *closer_rule], 5, lone)} == {1}
+    assert {s.passage for s in deciding_sentences([*definition, *closer_rule], 5, lone)} == {1}
 
 
 def _scored(passage: int, dense: float, lexical: float | None, *scores: float) -> list[Sentence]:
@@ -180,12 +179,54 @@ def test_by_default_the_passage_as_a_whole_and_its_keywords_count_too() -> None:
     # dense score), matches more of the question's words and ranks first.
     first = _scored(0, 0.60, 8.0, 0.50, 0.45)
     second = _scored(1, 0.45, 4.0, 0.52, 0.46)
-    assert {s.passage for s in quoted_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
-    assert {s.passage for s in quoted_sentences([*second, *first], 5)} == {0}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5, BY_SENTENCES)} == {1}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {0}
     # Without keyword scores (a question in another language than the rulebook's) the
     # passage's similarity and place still count, and nothing is divided by zero.
     first, second = _scored(0, 0.60, None, 0.50, 0.45), _scored(1, 0.45, None, 0.52, 0.46)
-    assert {s.passage for s in quoted_sentences([*second, *first], 5)} == {0}
+    assert {s.passage for s in deciding_sentences([*second, *first], 5)} == {0}
+
+
+# Passage 0 answers best as a whole (retrieval's first, closer and more of the question's
+# words); passage 1's two closest sentences add up to more.
+WHOLE = _scored(0, 0.60, 8.0, 0.55, 0.40, 0.35, 0.30, 0.20)
+SENTENCES = _scored(1, 0.40, 3.0, 0.54, 0.50, 0.25, 0.22, 0.10)
+BOTH_RANKED = sorted([*WHOLE, *SENTENCES], key=lambda s: s.score, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
+    [("when can't I do a stealth test?", "en"), ("什么时候不能进行潜行判定？", "zh")],
+)
+def test_a_when_not_question_quotes_both_passages_when_the_two_choices_differ(
+    question: str, lang: Lang
+) -> None:
+    quoted = quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7)
+    # the closest half, rounded up, of the sentences' choice; the rest of the other; best first
+    assert [(s.passage, s.score) for s in quoted] == [
+        (0, 0.55), (1, 0.54), (1, 0.50), (0, 0.40), (0, 0.35), (1, 0.25), (1, 0.22)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
+    [
+        ("when can I do a stealth test?", "en"),
+        ("can I skip the stealth test?", "en"),
+        ("什么时候进行潜行判定？", "zh"),
+    ],
+)
+def test_other_questions_quote_the_passage_that_answers_best_as_a_whole(
+    question: str, lang: Lang
+) -> None:
+    assert {s.passage for s in quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7)} == {0}
+
+
+def test_a_when_not_question_quotes_one_passage_when_both_choices_agree() -> None:
+    agreed = sorted([*WHOLE, *SENTENCES[1:]], key=lambda s: s.score, reverse=True)
+    quoted = quoted_sentences(Shape.of("when can't I do a stealth test?", "en"), agreed, 7)
+    assert quoted == WHOLE
+    assert quoted_sentences(Shape.of("when can't I do a stealth test?", "en"), [], 7) == []
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:

@@ -162,7 +162,9 @@ def test_chinese_question_quotes_the_deciding_english_sentence(
     events = list(pipe.ask_stream("什么时候不能进行潜行判定？", "末日启示录", conclude=False))
     quotes = events[-1].answer.quotes if events[-1].answer else []
     assert any("DO NOT have any monster cards attached" in q.text for q in quotes)
-    assert len({q.chunk_id for q in quotes}) == 1  # the passage that answers best
+    # The passage that answers best and, for a "when can't I" question whose closest
+    # sentences alone choose another, that one too.
+    assert len({q.chunk_id for q in quotes}) <= 2
 
 
 @pytest.mark.real_models

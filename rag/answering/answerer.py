@@ -2,30 +2,31 @@
 
 passages -> candidates (their sentences, closest to the question first; none close enough,
 each read under its section's name: the rulebook is silent) -> quotes (the closest
-sentences of the passage that answers best, verbatim) -> deciding (the quoted sentence
-closest to the question when each is read under its section's name: shown first, marked,
-with its chance of settling the question, by a model fitted on gold evidence, as the
-confidence that decides whether a conclusion is shown; the quotes are sent at once) ->
-selection (with `select` on, the LLM names the quoted sentences that answer, none meaning
-the rulebook is silent; off, the deciding sentence and the next two likeliest) -> rendering
-(of those, for a question in another language, keeping the book's glossary terms; one that
-fails its checks is asked for again word for word, and when that fails too the glossary's
-word-by-word line stands beside the rule instead) -> conclusion (the LLM answers from those
-quotes alone, shown and streamed only when the deciding sentence's confidence reaches
-`conclude_from`, and not asked for at all below it unless the closest sentence is far
-enough for a failed one to say the rulebook is silent; a "when can't I X?" question over a
-chosen rule allowing X under a condition gets that condition turned round instead, written
-by no model: rewording.unless_frame, and "with N players, how many …?" over a player-count
-table gets its row: tables.row_answer; one the model writes the allowed way round, "X only
-if C", is said as asked, rewording.turned_round) -> checks -> glosses (in an answer in the
-other language than the book's, the book's own word for each of its glossary's terms in
-brackets after the first of the renderings' and the conclusion's words for it) -> assembly
-(the deciding sentence first, the conclusion only when it passed, the rest of the rule text
-after; when the conclusion stated a number no quote holds and the closest sentence is far,
-or stated numbers the model does not state again when asked again, under a line saying the
-rulebook does not seem to say). A yes/no question gets no selection and no conclusion
-unless `answer_yes_no` trusts the model's yes or no. With the extractive backend no model
-runs: the quotes are the answer.
+sentences of the passage that answers best, or of two for some "when can't I" questions,
+verbatim) -> deciding (the quoted sentence closest to the question when each is read under
+its section's name: shown first, marked, with its chance of settling the question, by a
+model fitted on gold evidence, as the confidence that decides whether a conclusion is
+shown; the quotes are sent at once) -> selection (with `select` on, the LLM names the
+quoted sentences that answer, none meaning the rulebook is silent; off, the deciding
+sentence and the next two likeliest) -> rendering (of those, for a question in another
+language, keeping the book's glossary terms; one that fails its checks is asked for again
+word for word, and when that fails too the glossary's word-by-word line stands beside the
+rule instead) -> conclusion (the LLM answers from those quotes alone, shown and streamed
+only when the deciding sentence's confidence reaches `conclude_from`, and not asked for at
+all below it unless the closest sentence is far enough for a failed one to say the rulebook
+is silent; a "when can't I X?" question over a chosen rule allowing X under a condition
+gets that condition turned round instead, written by no model: rewording.unless_frame, and
+"with N players, how many …?" over a player-count table gets its row: tables.row_answer;
+one the model writes the allowed way round, "X only if C", is said as asked,
+rewording.turned_round) -> checks -> glosses (in an answer in the other language than the
+book's, the book's own word for each of its glossary's terms in brackets after the first of
+the renderings' and the conclusion's words for it) -> assembly (the deciding sentence
+first, the conclusion only when it passed, the rest of the rule text after; when the
+conclusion stated a number no quote holds and the closest sentence is far, or stated
+numbers the model does not state again when asked again, under a line saying the rulebook
+does not seem to say). A yes/no question gets no selection and no conclusion unless
+`answer_yes_no` trusts the model's yes or no. With the extractive backend no model runs:
+the quotes are the answer.
 
 `Answerer.stream` runs them in that order: `_found` chooses the sentences before any model
 runs (a `Found`), the quotes are sent, and `_written` has the model write the conclusion.
@@ -252,7 +253,7 @@ class Answerer:
         judged = judge(ranked, self.deciding)
         if not judged:
             return Check("quotes", False, "the passages found have no sentence to quote")
-        quoted = quoted_sentences(ranked, self.settings.quotes)
+        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes)
         # The deciding sentence is the closest of those quoted read under its section's name,
         # the rest of its passage its context: one from another passage would cite a passage
         # more, as often wrong. Its confidence is its plain closeness's calibrated chance.

@@ -1,12 +1,13 @@
 """Quotes: rulebook sentences shown verbatim, with their section and page.
 
 Every answer has them, whichever backend runs: they are what a player can check. They come
-from one passage, the one that answers best (`quoted_sentences`): the closest sentences of
-one passage carry more of a rule than the closest of all passages, which mix neighbouring
-rules, and cite the passage that holds it (`bench/quotes.py` compares the two). A quote is
-shown only when its text is an exact substring of its passage, so nothing that reads as
-rule text can have been altered. Passages are numbered [1], [2] … in the order their best
-sentence ranks; a passage's sentences share its number and keep their reading order.
+from one passage, the one that answers best (two for a "when can't I …?" question when two
+ways of choosing disagree, `quoted_sentences`): the closest sentences of one passage carry
+more of a rule than the closest of all passages, which mix neighbouring rules, and cite the
+passage that holds it (`bench/quotes.py` compares the two). A quote is shown only when its
+text is an exact substring of its passage, so nothing that reads as rule text can have been altered.
+Passages are numbered [1], [2] … in the order their best sentence ranks; a passage's
+sentences share its number and keep their reading order.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from rag.answering.candidates import Sentence
 from rag.answering.data import tuning
+from rag.answering.question import Shape
 from rag.types import Check, Citation, Hit, Quote
 
 
@@ -55,16 +57,17 @@ class PassageChoice:
 
 
 _CHOICES = tuning("passage_choice")
+BY_SENTENCES = PassageChoice(**_CHOICES["by_sentences"])
 # The sentences, and the passage as a whole, its keywords and its place in retrieval's order:
 # quotes the passage holding the rule at least as often as the sentences alone.
 BY_SENTENCES_AND_PASSAGE = PassageChoice(**_CHOICES["by_sentences_and_passage"])
 
 
-def quoted_sentences(
+def deciding_sentences(
     ranked: Sequence[Sentence], most: int, choice: PassageChoice = BY_SENTENCES_AND_PASSAGE
 ) -> list[Sentence]:
-    """The `most` sentences an answer quotes, best first: the closest of the passage that
-    answers best by `choice`."""
+    """The closest `most` sentences (best first) of the passage that answers best by
+    `choice`."""
     by_passage: dict[str, list[Sentence]] = {}
     for sentence in ranked:  # best first, so each passage's list is too
         by_passage.setdefault(sentence.hit.chunk.id, []).append(sentence)
@@ -73,6 +76,26 @@ def quoted_sentences(
     best_lexical = max((own[0].hit.lexical_score or 0.0) for own in by_passage.values())
     best = max(by_passage.values(), key=lambda own: choice.score(own, best_lexical))
     return best[:most]
+
+
+def quoted_sentences(shape: Shape, ranked: Sequence[Sentence], most: int) -> list[Sentence]:
+    """The `most` sentences an answer quotes, best first: those of the passage that answers
+    best by its sentences and as a whole.
+
+    A question asking when something can't be done may be settled where the situation
+    arises ("If you enter a tile … and DO NOT have any monster cards attached to you, you
+    may attempt a stealth test") rather than in the thing's own section, which the passage
+    as a whole and retrieval's order favour. So when its sentences alone choose another
+    passage, both are quoted, the closest half (rounded up) of that one: on questions of that
+    shape, either choice alone misses rules that both together quote."""
+    best = deciding_sentences(ranked, most)
+    if not best or not shape.when_not:
+        return best
+    by_sentences = deciding_sentences(ranked, most, BY_SENTENCES)
+    if by_sentences[0].hit.chunk.id == best[0].hit.chunk.id:
+        return best
+    both = by_sentences[: most - most // 2] + best[: most // 2]
+    return sorted(both, key=lambda s: s.score, reverse=True)
 
 
 def is_verbatim(text: str, hit: Hit) -> bool:
