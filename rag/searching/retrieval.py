@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Literal, TypeVar
 
 from rag.lang import detect_lang
 from rag.reading.abbreviations import BookSpelling
@@ -25,6 +25,7 @@ from rag.types import Hit
 
 Mode = Literal["hybrid", "dense", "bm25"]
 Ranking = list[tuple[int, float]]  # (chunk position, score), best first
+_Made = TypeVar("_Made")
 
 
 def rrf(
@@ -48,19 +49,22 @@ class Retriever:
         self._lock = threading.Lock()
 
     def _lexical(self, slug: str) -> BM25:
-        with self._lock:
-            if slug not in self._bm25:
-                texts = [_lexical_text(c.section, c.text) for c in self.index.chunks_of(slug)]
-                self._bm25[slug] = BM25(texts)
-            return self._bm25[slug]
+        return self._of_book(self._bm25, slug, BM25)
 
     def spelling(self, slug: str) -> BookSpelling:
         """The abbreviations a game's book defines, and how it spells them."""
+        return self._of_book(self._spellings, slug, BookSpelling.of)
+
+    def _of_book(
+        self, made: dict[str, _Made], slug: str, make: Callable[[list[str]], _Made]
+    ) -> _Made:
+        """What `make` makes of a game's passages, each with its section path: once."""
         with self._lock:
-            if slug not in self._spellings:
-                texts = [_lexical_text(c.section, c.text) for c in self.index.chunks_of(slug)]
-                self._spellings[slug] = BookSpelling.of(texts)
-            return self._spellings[slug]
+            if slug not in made:
+                made[slug] = make(
+                    [_lexical_text(c.section, c.text) for c in self.index.chunks_of(slug)]
+                )
+            return made[slug]
 
     def dense(self, query: str, slug: str, n: int) -> Ranking:
         return self.index.search(self.embedder.embed_query(query), slug, n)
