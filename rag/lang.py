@@ -75,6 +75,10 @@ STOPWORDS = frozenset(_STOPWORD_LIST.split())
 
 # Sentence ends: Chinese marks need no space after them; latin ones need a space or the end.
 _SENTENCE_END_RE = re.compile(r"[。！？]+[」』”’）\"')]*|[.!?]+[\"'”’)\]]*(?=\s|$)|\n")
+# Chinese quotation marks and brackets: a rulebook quotes card text in them, stops and all
+# (记载了『1回合只能使用1次。』文本的卡), and a stop inside them ends no sentence.
+_OPENING_MARKS = "「『“（"
+_CLOSING_MARKS = "」』”）"
 # Words whose trailing period does not end a sentence ("e.g.", "see p. 12").
 _ABBREVIATION_LIST = "e.g i.e eg ie vs cf ex approx incl fig p pp mr mrs ms dr"
 _ABBREVIATIONS = frozenset(_ABBREVIATION_LIST.split())
@@ -112,8 +116,35 @@ def detect_lang(text: str) -> Lang:
     return "zh" if cjk / (cjk + latin_words) >= _ZH_SHARE else "en"
 
 
+def _open_marks(text: str) -> int:
+    """How many Chinese quotation marks or brackets are open at the end of `text`."""
+    depth = 0
+    for char in text:
+        if char in _OPENING_MARKS:
+            depth += 1
+        elif char in _CLOSING_MARKS and depth:
+            depth -= 1
+    return depth
+
+
+def _is_quoted_stop(text: str, dot: int, end: int) -> bool:
+    """True when the stop at `dot` is inside a quotation that the sentence goes on after:
+    the quotation closes later on the line, or closes with the stop and the line goes on."""
+    line_start = text.rfind("\n", 0, dot) + 1
+    if not _open_marks(text[line_start:dot]):
+        return False
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    if _open_marks(text[line_start:end]):
+        return not _open_marks(text[line_start:line_end])
+    return bool(text[end:line_end].strip())
+
+
 def _is_false_stop(text: str, start: int, dot: int, end: int) -> bool:
-    """True when the period at `dot` belongs to an abbreviation or an enumeration."""
+    """True when the period at `dot` belongs to an abbreviation or an enumeration, or the
+    stop to a quotation inside the sentence."""
+    if text[dot] in "。！？":
+        return _is_quoted_stop(text, dot, end)
     before = text[start:dot].split()
     if text[dot] != "." or not before:
         return False
@@ -128,8 +159,8 @@ def _is_false_stop(text: str, start: int, dot: int, end: int) -> bool:
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) offsets of the sentences of `text`, stripped of surrounding space.
 
-    Splits after . ! ? (followed by space or the end) and after 。！？, keeping the
-    punctuation; a newline always ends a sentence, since lines are paragraphs here.
+    Splits after . ! ? (followed by space or the end) and after 。！？ outside quotations,
+    keeping the punctuation; a newline always ends a sentence, since lines are paragraphs.
     """
     spans: list[tuple[int, int]] = []
     start = 0

@@ -46,6 +46,23 @@ def test_split_sentences_chinese() -> None:
     ]
 
 
+def test_a_stop_inside_quoted_card_text_ends_no_sentence() -> None:
+    text = (
+        "怪兽卡如记载了『1回合只能使用1次。』文本，当回合不能再发动。"
+        "如『从卡组把卡加入手卡。』『从卡组把卡送去墓地。』的效果也一样。"
+    )
+    assert split_sentences(text) == [
+        "怪兽卡如记载了『1回合只能使用1次。』文本，当回合不能再发动。",
+        "如『从卡组把卡加入手卡。』『从卡组把卡送去墓地。』的效果也一样。",
+    ]
+
+
+def test_a_quotation_closing_the_line_or_left_open_still_ends_sentences() -> None:
+    assert split_sentences("他说：「好的。」\n另一句。") == ["他说：「好的。」", "另一句。"]
+    assert split_sentences("消灭（移出游戏）。下一句！") == ["消灭（移出游戏）。", "下一句！"]
+    assert split_sentences("（注：括号没有闭合。第二句。") == ["（注：括号没有闭合。", "第二句。"]
+
+
 def test_newline_ends_a_sentence_and_spans_slice_back() -> None:
     text = "Move\nSpend 1 action to move.  Then stop."
     spans = sentence_spans(text)

@@ -48,7 +48,7 @@ from rag.lang import CJK_RE, STOPWORDS, detect_lang, sentence_spans
 from rag.reading.numbering import STEP_RANK, numbered_rank
 from rag.types import Chunk, ChunkKind, Document, GameInfo
 
-CHUNKER_VERSION = "8"  # 8: Chinese numbered headings ranked
+CHUNKER_VERSION = "9"  # 8: Chinese numbered headings ranked; 9: quoted stops kept
 
 _TERMINAL = (".", "!", "?", ")", '"', "”", "。", "！", "？", "）")
 _MAX_HEADING_CHARS = 60
