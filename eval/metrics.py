@@ -15,7 +15,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from rag.answering.checks import answer_word
-from rag.lang import detect_lang
+from rag.lang import detect_lang, display_width
 from rag.prompting import phrases
 from rag.reading.glossary import Glossary, said_otherwise
 from rag.types import LANGS, Lang, Quote
@@ -46,24 +46,27 @@ def contains_any(text: str, needles: Iterable[str]) -> bool:
 
 
 # Shorter shared text is a phrase, not a rule: "draw two cards" is in many sentences.
-MIN_SHARED_CHARS = 15
+# Counted in columns: a Chinese character, about a word, takes two (抽两张牌 is as short a
+# phrase as "draw two cards"; 如无「发」，可计清一色。 is a whole rule).
+MIN_SHARED_COLUMNS = 15
 
 
 def holds_evidence(sentence: str, evidence: Iterable[str]) -> bool:
     """Whether a quoted sentence holds gold evidence: it contains an evidence string, lies
     within one (evidence spanning several sentences), or shares with one a stretch of at
     least half the shorter of the two (evidence running across a sentence's end); never
-    by fewer than MIN_SHARED_CHARS characters."""
+    by fewer than MIN_SHARED_COLUMNS columns."""
     said = normalise(sentence)
     if not said:
         return False
     for needle in map(normalise, evidence):
         if not needle:
             continue
-        if needle in said or (said in needle and len(said) >= MIN_SHARED_CHARS):
+        if needle in said or (said in needle and display_width(said) >= MIN_SHARED_COLUMNS):
             return True
         match = SequenceMatcher(None, said, needle, autojunk=False).find_longest_match()
-        if match.size >= max(MIN_SHARED_CHARS, min(len(said), len(needle)) / 2):
+        shared = display_width(said[match.a : match.a + match.size])
+        if shared >= max(MIN_SHARED_COLUMNS, min(display_width(said), display_width(needle)) / 2):
             return True
     return False
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
@@ -180,6 +181,15 @@ def _strip_span(text: str, start: int, end: int) -> tuple[int, int] | None:
     start += len(piece) - len(piece.lstrip())
     end -= len(piece) - len(piece.rstrip())
     return start, end
+
+
+def char_columns(char: str) -> int:
+    """The columns a character takes on a terminal: two for a wide (Chinese) one."""
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
+
+
+def display_width(text: str) -> int:
+    return sum(map(char_columns, text))
 
 
 def split_sentences(text: str) -> list[str]:

@@ -213,6 +213,21 @@ def test_a_sentence_holds_evidence_it_contains_lies_in_or_mostly_shares(
     assert holds_evidence(sentence, ["draw two cards at the start of your turn"]) is holds
 
 
+@pytest.mark.parametrize(
+    ("sentence", "holds"),
+    [
+        ("如无「发」，可计清一色。", True),  # a whole rule within the evidence
+        ("计88番。", False),  # a phrase many rules share
+        ("不计混一色。", False),
+    ],
+)
+def test_chinese_counts_by_width_a_character_about_a_word(sentence: str, holds: bool) -> None:
+    evidence = [
+        "由「23468条」及「发」之中的任何牌组成的和牌，计88番。不计混一色。如无「发」，可计清一色。"
+    ]
+    assert holds_evidence(sentence, evidence) is holds
+
+
 def test_the_terminal_sets_the_deciding_rule_apart() -> None:
     from cli.render import _answer_text
 

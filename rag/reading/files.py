@@ -30,6 +30,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from rag.errors import IngestError
+from rag.lang import char_columns
 from rag.reading.numbering import numbered_rank
 from rag.reading.pdf import read_pdf
 from rag.types import Document, PageSpan
@@ -192,7 +193,7 @@ def _display_columns(text: str) -> list[tuple[int, str]]:
     column = 0
     for char in text:
         columns.append((column, char))
-        column += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        column += char_columns(char)
     return columns
 
 
