@@ -83,9 +83,15 @@ def judge_prompt(pipeline: Pipeline, template: str, item: GoldItem) -> tuple[str
     quote, and the item's candidate sentences, closest first."""
     generation = pipeline.settings.generation
     game, hits = pipeline.retrieve(item.question, item.game)
-    ranked = pipeline.answerer.candidates.rank(item.question, hits[: generation.passages])
+    candidates = pipeline.answerer.candidates
+    ranked = candidates.rank(item.question, hits[: generation.passages])
     lang = detect_lang(item.question)
-    deciding = quoted_sentences(Shape.of(item.question, lang), ranked, generation.quotes)
+    deciding = quoted_sentences(
+        Shape.of(item.question, lang),
+        ranked,
+        generation.quotes,
+        titled=candidates.titled_scores(item.question, ranked),
+    )
     content = fill(
         template, "judge", game_title=game.title,
         sentences=numbered(deciding), question=item.question,

@@ -82,7 +82,12 @@ def collect(golds: Sequence[Path], out: Path) -> int:
                 ).searched
                 candidates = pipeline.answerer.candidates
                 ranked = candidates.rank(searched, hits[:passages])
-                quoted = quoted_sentences(Shape.of(item.question, lang), ranked, most)
+                quoted = quoted_sentences(
+                    Shape.of(item.question, lang),
+                    ranked,
+                    most,
+                    titled=candidates.titled_scores(searched, ranked),
+                )
                 titled = candidates.by_titled_closeness(searched, quoted)
                 quotes, _ = make_quotes(quoted)
                 shown_first = quotes[0].text if quotes else None

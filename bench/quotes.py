@@ -31,6 +31,7 @@ from rag.answering.question import Shape
 from rag.answering.quotes import (
     BY_SENTENCES,
     BY_SENTENCES_AND_PASSAGE,
+    TITLED_SHARE,
     PassageChoice,
     deciding_sentences,
     make_quotes,
@@ -42,28 +43,31 @@ from rag.settings import load_settings
 from rag.types import Hit, Lang
 
 # A way of choosing: the quoted sentences for a question (in its language) from its ranked
-# candidate sentences.
-Choice = Callable[[str, Lang, Sequence[Sentence]], list[Sentence]]
+# candidate sentences and their closeness read under their sections' names.
+Choice = Callable[[str, Lang, Sequence[Sentence], Sequence[float]], list[Sentence]]
 
 
 def closest_of_all(most: int) -> Choice:
     """The closest sentences of all passages (the first quote layer, kept to compare against)."""
-    return lambda question, lang, ranked: list(ranked[:most])
+    return lambda question, lang, ranked, titled: list(ranked[:most])
 
 
 def one_passage(most: int, choice: PassageChoice) -> Choice:
     """The closest sentences of the passage that answers best by `choice`."""
-    return lambda question, lang, ranked: deciding_sentences(ranked, most, choice)
+    return lambda question, lang, ranked, titled: deciding_sentences(ranked, most, choice)
 
 
-def as_answers_choose(most: int) -> Choice:
-    """The sentences answers quote (`quoted_sentences`)."""
-    return lambda question, lang, ranked: quoted_sentences(Shape.of(question, lang), ranked, most)
+def as_answers_choose(most: int, titled_share: float = TITLED_SHARE) -> Choice:
+    """The sentences answers quote (`quoted_sentences`), a sentence's closeness
+    `titled_share` read under its section's name."""
+    return lambda question, lang, ranked, titled: quoted_sentences(
+        Shape.of(question, lang), ranked, most, titled=titled, titled_share=titled_share
+    )
 
 
 def first_passage(most: int) -> Choice:
     """The closest sentences of the passage retrieval ranked first."""
-    return lambda question, lang, ranked: [s for s in ranked if s.passage == 0][:most]
+    return lambda question, lang, ranked, titled: [s for s in ranked if s.passage == 0][:most]
 
 
 # (passage_weight, lexical_weight, rank_penalty) around the default's.
@@ -100,11 +104,18 @@ CHOICES: dict[str, Choice] = {
         f"{most} quotes": as_answers_choose(most)
         for most in (7, 10, 12, 15)
     },
+    **{
+        f"as answers choose, 12 quotes, closeness {share} read under the section's name": (
+            as_answers_choose(12, share)
+        )
+        for share in (0.0, 0.25, 0.5, 0.75, 1.0)
+    },
 }
 
 
-# The item, its language, game, hits, ranked sentences and the closeness the gate reads.
-Row = tuple[GoldItem, Lang, str, list[Hit], list[Sentence], float]
+# The item, its language, game, hits, ranked sentences and their closeness read under their
+# sections' names (the gate reads the highest).
+Row = tuple[GoldItem, Lang, str, list[Hit], list[Sentence], list[float]]
 
 
 def _ranked(pipeline: Pipeline, item: GoldItem) -> Row:
@@ -114,18 +125,18 @@ def _ranked(pipeline: Pipeline, item: GoldItem) -> Row:
     gen = pipeline.settings.generation
     candidates = pipeline.answerer.candidates
     ranked = candidates.rank(item.question, hits[: gen.passages])
-    closest = max(candidates.titled_scores(item.question, ranked), default=0.0)
-    return item, detect_lang(item.question), game.slug, hits, ranked, closest
+    titled = candidates.titled_scores(item.question, ranked)
+    return item, detect_lang(item.question), game.slug, hits, ranked, titled
 
 
 def _score(rows: list[Row], choice: Choice, gate: float) -> dict[str, Any]:
     facts: list[bool] = []
     cited = supported = quoted = 0
-    for item, lang, slug, hits, ranked, closest in rows:
-        if closest < gate:
+    for item, lang, slug, hits, ranked, titled in rows:
+        if max(titled, default=0.0) < gate:
             facts += [False] * len(item.key_facts)
             continue
-        quotes, _ = make_quotes(choice(item.question, lang, ranked))
+        quotes, _ = make_quotes(choice(item.question, lang, ranked, titled))
         answer = quoted_answer(
             item.question, slug, lang, quotes=quotes, conclusion=None,
             checks=[], hits=hits, backend="bench",

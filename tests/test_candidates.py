@@ -192,6 +192,7 @@ def test_by_default_the_passage_as_a_whole_and_its_keywords_count_too() -> None:
 WHOLE = _scored(0, 0.60, 8.0, 0.55, 0.40, 0.35, 0.30, 0.20)
 SENTENCES = _scored(1, 0.40, 3.0, 0.54, 0.50, 0.25, 0.22, 0.10)
 BOTH_RANKED = sorted([*WHOLE, *SENTENCES], key=lambda s: s.score, reverse=True)
+_AS_WRITTEN = [s.score for s in BOTH_RANKED]  # read under their sections' names, no closer
 
 
 @pytest.mark.parametrize(
@@ -201,7 +202,7 @@ BOTH_RANKED = sorted([*WHOLE, *SENTENCES], key=lambda s: s.score, reverse=True)
 def test_a_when_not_question_quotes_both_passages_when_the_two_choices_differ(
     question: str, lang: Lang
 ) -> None:
-    quoted = quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7)
+    quoted = quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7, titled=_AS_WRITTEN)
     # the closest half, rounded up, of the sentences' choice; the rest of the other; best first
     assert [(s.passage, s.score) for s in quoted] == [
         (0, 0.55), (1, 0.54), (1, 0.50), (0, 0.40), (0, 0.35), (1, 0.25), (1, 0.22)
@@ -219,14 +220,26 @@ def test_a_when_not_question_quotes_both_passages_when_the_two_choices_differ(
 def test_other_questions_quote_the_passage_that_answers_best_as_a_whole(
     question: str, lang: Lang
 ) -> None:
-    assert {s.passage for s in quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7)} == {0}
+    quoted = quoted_sentences(Shape.of(question, lang), BOTH_RANKED, 7, titled=_AS_WRITTEN)
+    assert {s.passage for s in quoted} == {0}
 
 
 def test_a_when_not_question_quotes_one_passage_when_both_choices_agree() -> None:
     agreed = sorted([*WHOLE, *SENTENCES[1:]], key=lambda s: s.score, reverse=True)
-    quoted = quoted_sentences(Shape.of("when can't I do a stealth test?", "en"), agreed, 7)
-    assert quoted == WHOLE
-    assert quoted_sentences(Shape.of("when can't I do a stealth test?", "en"), [], 7) == []
+    when_not = Shape.of("when can't I do a stealth test?", "en")
+    assert quoted_sentences(when_not, agreed, 7, titled=[s.score for s in agreed]) == WHOLE
+    assert quoted_sentences(when_not, [], 7, titled=[]) == []
+
+
+def test_the_passage_is_chosen_by_closeness_read_under_section_names_too() -> None:
+    shape = Shape.of("when can I do a stealth test?", "en")
+    # read under its section's name, passage 1 says far more plainly what it is about
+    titled = [s.score + (0.4 if s.passage == 1 else 0.0) for s in BOTH_RANKED]
+    quoted = quoted_sentences(shape, BOTH_RANKED, 7, titled=titled)
+    assert {s.passage for s in quoted} == {1}
+    assert all(s in SENTENCES for s in quoted)  # the sentences as ranked, scores as written
+    as_written = quoted_sentences(shape, BOTH_RANKED, 7, titled=titled, titled_share=0.0)
+    assert {s.passage for s in as_written} == {0}
 
 
 def test_the_llm_reads_only_the_quoted_sentences(settings: Settings) -> None:
@@ -319,13 +332,17 @@ def test_the_deciding_sentence_is_the_quoted_one_closest_read_under_its_section(
     plain = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
     assert len(plain.quotes) > 1 and plain.quotes[0].deciding
 
+    other = plain.quotes[-1].text  # a quoted sentence not shown first
+
     def last_closest(question: str, sentences: Sequence[Sentence]) -> list[float]:
-        return [float(n) for n in range(len(sentences))]
+        """As written, but that sentence reads closest of all under its section's name."""
+        scores = [s.score for s in sentences]
+        return [max(scores) + 0.01 if s.text == other else s.score for s in sentences]
 
     candidates = pipeline.answerer.candidates
     monkeypatch.setattr(candidates, "titled_scores", last_closest)
     answer = pipeline.ask("What is the hand limit?", "Maximum Apocalypse")
     deciding = next(q for q in answer.quotes if q.deciding)
     assert answer.quotes[0] is deciding
-    assert deciding.text != plain.quotes[0].text
-    assert deciding.text in {q.text for q in plain.quotes}  # the same quotes, another first
+    assert deciding.text == other != plain.quotes[0].text
+    assert {q.text for q in answer.quotes} == {q.text for q in plain.quotes}  # another first

@@ -249,7 +249,7 @@ def test_a_conclusion_rests_on_distinct_sentences_when_the_likeliest_is_not_quot
         "Trading. Trading happens on a tile with another player present.",
     )
     ranked = ranked_for(question.text, hits)
-    quoted = quoted_sentences(question.shape, ranked, 12)
+    quoted = quoted_sentences(question.shape, ranked, 12, titled=[s.score for s in ranked])
     # weigh closeness whichever way puts an unquoted sentence first
     direction = 5.0 if ranked[0] not in quoted else -5.0
     model = model_weighing(closeness=direction)

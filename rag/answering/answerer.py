@@ -253,7 +253,7 @@ class Answerer:
         judged = judge(ranked, self.deciding)
         if not judged:
             return Check("quotes", False, "the passages found have no sentence to quote")
-        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes)
+        quoted = quoted_sentences(question.shape, ranked, self.settings.quotes, titled=scores)
         # The deciding sentence is the closest of those quoted read under its section's name,
         # the rest of its passage its context: one from another passage would cite a passage
         # more, as often wrong. Its confidence is its plain closeness's calibrated chance.

@@ -13,7 +13,7 @@ sentences share its number and keep their reading order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag.answering.candidates import Sentence
 from rag.answering.data import tuning
@@ -61,6 +61,9 @@ BY_SENTENCES = PassageChoice(**_CHOICES["by_sentences"])
 # The sentences, and the passage as a whole, its keywords and its place in retrieval's order:
 # quotes the passage holding the rule at least as often as the sentences alone.
 BY_SENTENCES_AND_PASSAGE = PassageChoice(**_CHOICES["by_sentences_and_passage"])
+# How much of a sentence's closeness, for choosing its passage, is read under its section's
+# name (the rest as it is written).
+TITLED_SHARE: float = _CHOICES["reading"]["titled_share"]
 
 
 def deciding_sentences(
@@ -78,17 +81,34 @@ def deciding_sentences(
     return best[:most]
 
 
-def quoted_sentences(shape: Shape, ranked: Sequence[Sentence], most: int) -> list[Sentence]:
+def quoted_sentences(
+    shape: Shape,
+    ranked: Sequence[Sentence],
+    most: int,
+    *,
+    titled: Sequence[float],
+    titled_share: float = TITLED_SHARE,
+) -> list[Sentence]:
     """The `most` sentences an answer quotes, best first: those of the passage that answers
-    best by its sentences and as a whole.
+    best by its sentences and as a whole, each sentence's closeness taken partly as written
+    (`ranked`'s scores) and `titled_share` of it read under its section's name (`titled`, in
+    `ranked`'s order), where a sentence says what it is about ("If the roll is lower, …"
+    under "Stealth").
 
     A question asking when something can't be done may be settled where the situation
     arises ("If you enter a tile … and DO NOT have any monster cards attached to you, you
     may attempt a stealth test") rather than in the thing's own section, which the passage
-    as a whole and retrieval's order favour. So when its sentences alone choose another
-    passage, both are quoted, the closest half (rounded up) of that one: on questions of that
-    shape, either choice alone misses rules that both together quote."""
-    best = deciding_sentences(ranked, most)
+    as a whole, retrieval's order and a heading naming the thing favour. So when its
+    sentences alone, as written, choose another passage, both are quoted, the closest half
+    (rounded up) of that one: on questions of that shape, either choice alone misses rules
+    that both together quote."""
+    read = [
+        replace(s, score=(1 - titled_share) * s.score + titled_share * t)
+        for s, t in zip(ranked, titled, strict=True)
+    ]
+    written = {id(r): s for r, s in zip(read, ranked, strict=True)}
+    read.sort(key=lambda s: s.score, reverse=True)
+    best = [written[id(r)] for r in deciding_sentences(read, most)]
     if not best or not shape.when_not:
         return best
     by_sentences = deciding_sentences(ranked, most, BY_SENTENCES)
