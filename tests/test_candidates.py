@@ -231,6 +231,15 @@ def test_a_when_not_question_quotes_one_passage_when_both_choices_agree() -> Non
     assert quoted_sentences(when_not, [], 7, titled=[]) == []
 
 
+def test_a_when_not_question_finds_its_other_passage_by_its_sentences_as_written() -> None:
+    """A heading naming the thing pulls toward its own section; the rule may be stated where
+    the situation arises, so that second choice is not read under section names."""
+    when_not = Shape.of("when can't I do a stealth test?", "en")
+    titled = [s.score + (0.4 if s.passage == 0 else 0.0) for s in BOTH_RANKED]
+    quoted = quoted_sentences(when_not, BOTH_RANKED, 7, titled=titled)
+    assert {s.passage for s in quoted} == {0, 1}
+
+
 def test_the_passage_is_chosen_by_closeness_read_under_section_names_too() -> None:
     shape = Shape.of("when can I do a stealth test?", "en")
     # read under its section's name, passage 1 says far more plainly what it is about
